@@ -1,0 +1,45 @@
+# Two entry points (see README): `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+INDEX_DIR ?= .skb/hpo
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-all install lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned: an unpinned resolve pulls the multi-GB CUDA build
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/skb index --dataset hpo --index-dir $(INDEX_DIR)
+	$(BIN)/skb search "seizures, microcephaly and global developmental delay" --index-dir $(INDEX_DIR) --mode hybrid --type Disease --k 10
+	$(BIN)/skb ask "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion and cutaneous syndactyly of toes?" --index-dir $(INDEX_DIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check graphs tools agent evals tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/skb eval --bench ../shared/bench/hpo_cases_dev.csv --index-dir $(INDEX_DIR) --method bm25 --method vss --method hybrid --method agent --method agent+sage --out runs/hpo-dev
+
+clean:
+	rm -rf .skb runs

@@ -1,0 +1,1 @@
+"""The knowledge side: SKB model, loaders, graph stores, embedder, indexes, SAGE graph."""

@@ -1,0 +1,73 @@
+"""One root exception with typed subclasses.
+
+Every error a user can cause carries a message that names *what* is wrong and
+*what to do*, so the CLI can print it verbatim instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SKBError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class ConfigError(SKBError):
+    """A setting, environment variable or argument is missing or invalid."""
+
+
+class LoaderError(SKBError):
+    """Input data cannot be loaded; names the file, the record and the fix."""
+
+    def __init__(self, path: str, message: str, *, record: str | int | None = None, fix: str | None = None) -> None:
+        where = f"{path}" + (f" (record {record})" if record is not None else "")
+        text = f"{where}: {message}"
+        if fix:
+            text += f" -- fix: {fix}"
+        super().__init__(text)
+        self.path = path
+        self.record = record
+        self.fix = fix
+
+
+class StoreError(SKBError):
+    """The graph store failed to execute a request."""
+
+
+class StoreUnavailableError(StoreError):
+    """The graph store cannot be reached or started."""
+
+
+class ReadOnlyViolationError(StoreError):
+    """A query on a read path tried to write, or used a forbidden clause/procedure."""
+
+
+class CypherValidationError(StoreError):
+    """A Cypher query is malformed or names labels/relations/properties the schema lacks."""
+
+
+class QueryTimeoutError(StoreError):
+    """A query ran past its time limit."""
+
+
+class TooManyRowsError(StoreError):
+    """A query returned more rows than the cap allows."""
+
+
+class IndexError_(SKBError):
+    """Base for index problems (named with a trailing underscore to not shadow the builtin)."""
+
+
+class IndexNotFoundError(IndexError_):
+    """No index exists at the given directory."""
+
+
+class IndexMismatchError(IndexError_):
+    """The index was built with a different model, dimension or format version."""
+
+
+class IndexCorruptError(IndexError_):
+    """An index file fails its checksum or cannot be parsed."""
+
+
+class PlannerError(SKBError):
+    """The planner (LLM or offline) failed in a way retries could not repair."""

@@ -1,0 +1,87 @@
+"""The graph-store contract shared by the embedded FalkorDB store and the Neo4j adapter.
+
+Read paths (`query`, `neighbors`, `schema`) must never be able to write: every
+implementation runs them through the static Cypher guard *and* the server's own
+read-only mode. `load` is the only write path and takes no model-produced text.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from graphs.model import SKB, GraphSchema
+
+ProgressFn = Callable[[int, int], None]
+"""Called as progress(done, total) during bulk loads."""
+
+
+class QueryResult(BaseModel):
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool = False
+    elapsed_ms: float = 0.0
+
+
+class Triple(BaseModel):
+    """One edge of a one-hop subgraph, oriented as stored (src -[rel]-> dst)."""
+
+    src: str
+    src_label: str
+    rel: str
+    dst: str
+    dst_label: str
+    props: dict[str, Any] = Field(default_factory=dict)
+
+
+class GraphStore(ABC):
+    """Bulk load once; then read-only Cypher, schema and one-hop expansion."""
+
+    default_timeout_ms: int = 5000
+    default_max_rows: int = 1000
+
+    @abstractmethod
+    def load(self, skb: SKB, *, batch_size: int = 5000, progress: ProgressFn | None = None) -> None:
+        """Replace the graph's contents with the SKB (nodes keyed by `key`, indexed per label)."""
+
+    @abstractmethod
+    def query(
+        self,
+        cypher: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_ms: int | None = None,
+        max_rows: int | None = None,
+    ) -> QueryResult:
+        """Run a read-only query; raises ReadOnlyViolationError, QueryTimeoutError, CypherValidationError."""
+
+    @abstractmethod
+    def schema(self) -> GraphSchema:
+        """Introspect labels, relation patterns, properties and a few sample values."""
+
+    @abstractmethod
+    def neighbors(
+        self,
+        keys: Sequence[str],
+        *,
+        rel_types: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        target_label: str | None = None,
+        limit: int = 5000,
+    ) -> list[Triple]:
+        """One-hop edges around the given node keys (labelled, index-backed lookups)."""
+
+    @abstractmethod
+    def count_nodes(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> GraphStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
