@@ -1,0 +1,215 @@
+"""Index construction: SKB -> embeddings, HNSW, BM25, similarity edges, graph store, manifest.
+
+Everything is built into a sibling temp directory and swapped in at the end, so an
+interrupted build leaves the previous index usable and never a half-written one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from graphs.errors import ConfigError
+from graphs.model import SKB
+
+StageProgress = Callable[[str, int, int], None]
+"""progress(stage, done, total) -- drives the CLI's progress bar."""
+
+
+class SimilarityConfig(BaseModel):
+    """SAGE similarity edges; `percentile=None` disables them."""
+
+    percentile: float | None = Field(default=None, ge=0, le=100)
+    logic: Literal["or", "and"] = "or"
+    knn: int = Field(default=20, ge=1)
+
+
+class IndexConfig(BaseModel):
+    """One config for one `skb index` run (recorded in the manifest)."""
+
+    dataset: str = "custom"
+    store: Literal["falkordb", "neo4j", "none"] = "falkordb"
+    embedder: str = "minilm"
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 200
+    hnsw_ef: int = 128
+    embed_batch: int = 512
+    cache_dir: Path | None = None
+    similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
+
+
+class BuildSummary(BaseModel):
+    index_dir: str
+    nodes: dict[str, int]
+    edges: dict[str, int]
+    similarity_edges: int = 0
+    timings_s: dict[str, float]
+    size_bytes: int
+
+
+def default_cache_dir(index_dir: Path) -> Path:
+    """The embedding cache sits beside (not inside) the index so the swap keeps it."""
+    return index_dir.resolve().parent / ".skb-cache"
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    return None
+
+
+def build_index(
+    skb: SKB, index_dir: Path, config: IndexConfig | None = None, progress: StageProgress | None = None
+) -> BuildSummary:
+    from graphs.bm25_index import BM25Index
+    from graphs.embedder import get_embedder
+    from graphs.hnsw_index import HNSWIndex, HNSWParams
+    from graphs.loaders.jsonl import write_jsonl
+    from graphs.manifest import Manifest, sha256_file
+
+    config = config or IndexConfig()
+    report = progress or _noop
+    index_dir = Path(index_dir)
+    if index_dir.exists() and not index_dir.is_dir():
+        raise ConfigError(f"--index-dir {index_dir} exists and is not a directory; choose another path")
+    if not skb.nodes:
+        raise ConfigError("the SKB has no nodes; check the dataset path and format")
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = index_dir.parent / f".{index_dir.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    timings: dict[str, float] = {}
+    try:
+        t0 = time.perf_counter()
+        skb.validate(source=f"dataset {config.dataset}")
+        write_jsonl(skb, tmp / "skb")
+        timings["write_skb"] = time.perf_counter() - t0
+
+        keys = list(skb.nodes)
+        labels = [skb.nodes[k].label for k in keys]
+        t0 = time.perf_counter()
+        texts = [skb.node_text(k) for k in keys]
+        timings["texts"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        cache_dir = config.cache_dir or default_cache_dir(index_dir)
+        embedder = get_embedder(config.embedder, cache_dir=cache_dir / "emb")
+        import numpy as np
+
+        chunks = []
+        batch = max(1, config.embed_batch)
+        for start in range(0, len(texts), batch):
+            chunks.append(embedder.embed(texts[start : start + batch]))
+            report("embed", min(start + batch, len(texts)), len(texts))
+        vectors = np.vstack(chunks).astype("float32")
+        timings["embed"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef)
+        report("hnsw", 0, 1)
+        hnsw = HNSWIndex.build(keys, labels, vectors, params)
+        files: dict[str, str] = {}
+        for rel, digest in hnsw.save(tmp / "hnsw").items():
+            files[f"hnsw/{rel}"] = digest
+        report("hnsw", 1, 1)
+        timings["hnsw"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        report("bm25", 0, 1)
+        bm25 = BM25Index.build(keys, labels, texts)
+        for rel, digest in bm25.save(tmp / "bm25").items():
+            files[f"bm25/{rel}"] = digest
+        report("bm25", 1, 1)
+        timings["bm25"] = time.perf_counter() - t0
+
+        n_similar = 0
+        if config.similarity.percentile is not None:
+            t0 = time.perf_counter()
+            from graphs.sage import build_similarity_edges
+
+            sim = build_similarity_edges(skb, hnsw, embedder, config.similarity, progress=report)
+            for rel, digest in sim.save(tmp / "sage").items():
+                files[f"sage/{rel}"] = digest
+            n_similar = sim.count
+            timings["similarity_edges"] = time.perf_counter() - t0
+
+        for path in sorted((tmp / "skb").rglob("*")):
+            if path.is_file():
+                files[str(path.relative_to(tmp))] = sha256_file(path)
+
+        t0 = time.perf_counter()
+        if config.store == "falkordb":
+            from graphs.store.falkordb_store import FalkorDBStore
+
+            with FalkorDBStore(tmp / "falkordb") as store:
+                store.load(skb, progress=lambda d, t: report("store", d, t))
+                store.stop_server()
+        elif config.store == "neo4j":
+            from graphs.store.neo4j_store import Neo4jStore
+
+            with Neo4jStore.from_env() as neo:
+                neo.load(skb, progress=lambda d, t: report("store", d, t))
+        timings["store"] = time.perf_counter() - t0
+
+        stats = skb.stats()
+        manifest = Manifest.create(
+            dataset=config.dataset,
+            embedder_model=embedder.model_name,
+            embedder_dim=embedder.dim,
+            hnsw_params=params.model_dump(),
+            counts={"nodes": stats["nodes"], "edges": stats["edges"], "similarity_edges": n_similar},
+            files=files,
+            extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store},
+        )
+        manifest.write(tmp)
+        _swap_in(tmp, index_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return BuildSummary(
+        index_dir=str(index_dir),
+        nodes=stats["nodes"],
+        edges=stats["edges"],
+        similarity_edges=n_similar,
+        timings_s={k: round(v, 3) for k, v in timings.items()},
+        size_bytes=dir_size(index_dir),
+    )
+
+
+def _swap_in(tmp: Path, index_dir: Path) -> None:
+    """Replace index_dir with tmp; the old one is moved aside first, then deleted."""
+    _stop_server_for(index_dir)
+    if index_dir.exists():
+        old = index_dir.parent / f".{index_dir.name}.old-{os.getpid()}"
+        os.replace(index_dir, old)
+        os.replace(tmp, index_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, index_dir)
+    fd = os.open(index_dir.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _stop_server_for(index_dir: Path) -> None:
+    """A FalkorDB server still serving the previous index would keep the old data in memory."""
+    data_dir = index_dir / "falkordb"
+    if not data_dir.exists():
+        return
+    try:
+        from graphs.store.falkordb_store import FalkorDBServer
+
+        FalkorDBServer.stop_running(data_dir)
+    except (ImportError, AttributeError):
+        return

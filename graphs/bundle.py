@@ -1,0 +1,206 @@
+"""The runtime handle on an index directory: SKB, indexes, embedder and store, opened once.
+
+Tools, the agent, SAGE expansion and the eval harness all take an IndexBundle so that
+the expensive parts (SKB in memory, model weights, server process) load once and are
+shared across questions and threads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from graphs.errors import ConfigError, IndexNotFoundError
+from graphs.model import SKB, GraphSchema, Node
+
+if TYPE_CHECKING:
+    from graphs.bm25_index import BM25Index
+    from graphs.embedder import Embedder
+    from graphs.hnsw_index import HNSWIndex
+    from graphs.manifest import Manifest
+    from graphs.store.base import GraphStore
+
+SearchMode = Literal["bm25", "vss", "hybrid"]
+
+
+class SearchHit(BaseModel):
+    key: str
+    label: str
+    name: str
+    score: float
+    source: str
+
+
+class IndexBundle:
+    """Open with `IndexBundle.open(dir)`; thread-safe for concurrent reads."""
+
+    def __init__(
+        self,
+        index_dir: Path,
+        manifest: Manifest,
+        skb: SKB,
+        hnsw: HNSWIndex,
+        bm25: BM25Index,
+        store_kind: str | None = None,
+    ) -> None:
+        self.index_dir = index_dir
+        self.manifest = manifest
+        self.skb = skb
+        self.hnsw = hnsw
+        self.bm25 = bm25
+        self.store_kind = store_kind or str(manifest.extra.get("store", "falkordb"))
+        self._embedder: Embedder | None = None
+        self._store: GraphStore | None = None
+        self._lock = threading.RLock()
+        self._lexicon: dict[str, list[str]] | None = None
+        self._similar: dict[str, list[tuple[str, float]]] | None = None
+        self._schema: GraphSchema | None = None
+
+    @classmethod
+    def open(cls, index_dir: Path | str, *, store: str | None = None, verify: bool = True) -> IndexBundle:
+        from graphs.bm25_index import BM25Index
+        from graphs.hnsw_index import HNSWIndex
+        from graphs.loaders.jsonl import load_jsonl
+        from graphs.manifest import Manifest
+
+        index_dir = Path(index_dir)
+        if not (index_dir / "manifest.json").exists():
+            raise IndexNotFoundError(
+                f"no index at {index_dir} (manifest.json missing); build one with "
+                f"`skb index --dataset hpo --index-dir {index_dir}`"
+            )
+        manifest = Manifest.read(index_dir)
+        if verify:
+            manifest.verify(index_dir)
+        skb = load_jsonl(index_dir / "skb")
+        hnsw = HNSWIndex.load(index_dir / "hnsw")
+        bm25 = BM25Index.load(index_dir / "bm25")
+        return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store)
+
+    # -- lazily opened parts ------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            with self._lock:
+                if self._embedder is None:
+                    from graphs.build import default_cache_dir
+                    from graphs.embedder import get_embedder
+                    from graphs.errors import IndexMismatchError
+
+                    spec = str(self.manifest.extra.get("embedder_spec", "minilm"))
+                    emb = get_embedder(spec, cache_dir=default_cache_dir(self.index_dir) / "emb")
+                    if emb.model_name != self.manifest.embedder_model:
+                        raise IndexMismatchError(
+                            f"index {self.index_dir} was built with embedder {self.manifest.embedder_model!r} but "
+                            f"{emb.model_name!r} is configured; rebuild with `skb index` or use the same model"
+                        )
+                    self._embedder = emb
+        return self._embedder
+
+    @property
+    def store(self) -> GraphStore:
+        if self._store is None:
+            with self._lock:
+                if self._store is None:
+                    if self.store_kind == "none":
+                        raise ConfigError(
+                            f"index {self.index_dir} was built with --store none; rebuild with --store falkordb or neo4j"
+                        )
+                    from graphs.store import open_store
+
+                    self._store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
+        return self._store
+
+    def schema(self) -> GraphSchema:
+        """The SKB's schema from memory: identical to the store's, without a round trip."""
+        if self._schema is None:
+            self._schema = self.skb.schema()
+        return self._schema
+
+    @property
+    def lexicon(self) -> dict[str, list[str]]:
+        """Lower-cased names and synonyms -> node keys (the entity linker normalises further)."""
+        if self._lexicon is None:
+            with self._lock:
+                if self._lexicon is None:
+                    table: dict[str, list[str]] = defaultdict(list)
+                    for node in self.skb.nodes.values():
+                        ntype = self.skb.node_types.get(node.label)
+                        names = [node.name]
+                        if ntype is not None and ntype.synonym_field:
+                            syn = node.props.get(ntype.synonym_field) or []
+                            names.extend(syn if isinstance(syn, list) else [syn])
+                        for name in names:
+                            table[str(name).strip().lower()].append(node.key)
+                    self._lexicon = dict(table)
+        return self._lexicon
+
+    def similarity_neighbors(self, key: str) -> list[tuple[str, float]]:
+        """SAGE similarity edges of a node (empty when the index was built without them)."""
+        if self._similar is None:
+            with self._lock:
+                if self._similar is None:
+                    self._similar = _load_similarity(self.index_dir / "sage")
+        return self._similar.get(key, [])
+
+    def node(self, key: str) -> Node | None:
+        return self.skb.nodes.get(key)
+
+    # -- search --------------------------------------------------------------------------
+    def search(
+        self, text: str, mode: SearchMode = "hybrid", k: int = 20, label: str | None = None, weight: float = 0.5
+    ) -> list[SearchHit]:
+        from graphs.hybrid import fuse
+
+        if label is not None and label not in self.skb.node_types:
+            raise ConfigError(f"unknown node type {label!r}; choose one of {sorted(self.skb.node_types)}")
+        if mode == "bm25":
+            ranked = self.bm25.search(text, k, label=label)
+        elif mode == "vss":
+            ranked = self.hnsw.search(self.embedder.embed_query(text), k, label=label)
+        elif mode == "hybrid":
+            pool = max(k * 5, 100)
+            ranked = fuse(
+                self.bm25.search(text, pool, label=label),
+                self.hnsw.search(self.embedder.embed_query(text), pool, label=label),
+                weight=weight,
+            )[:k]
+        else:
+            raise ConfigError(f"unknown search mode {mode!r}; use bm25, vss or hybrid")
+        return [self._hit(key, score, mode) for key, score in ranked]
+
+    def _hit(self, key: str, score: float, source: str) -> SearchHit:
+        node = self.skb.nodes[key]
+        return SearchHit(key=key, label=node.label, name=node.name, score=float(score), source=source)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def __enter__(self) -> IndexBundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _load_similarity(sage_dir: Path) -> dict[str, list[tuple[str, float]]]:
+    path = sage_dir / "edges.jsonl.gz"
+    table: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    if not path.exists():
+        return {}
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            rec: dict[str, Any] = json.loads(line)
+            a, b, s = str(rec["src"]), str(rec["dst"]), float(rec.get("score", 0.0))
+            table[a].append((b, s))
+            table[b].append((a, s))
+    return dict(table)

