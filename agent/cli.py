@@ -1,0 +1,101 @@
+"""The `skb` command line. This module owns the Typer app; other packages register their commands
+at the bottom (graphs: `index`, `search`; evals: `eval`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphs.errors import SKBError
+
+app = typer.Typer(
+    name="skb",
+    help="Agentic retrieval over semi-structured knowledge bases.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(exc: SKBError) -> typer.Exit:
+    """User errors print their message (it names the fix) and exit 2, without a traceback."""
+    err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command("ask")
+def ask_command(
+    question: Annotated[str, typer.Argument(help="the question, in natural language")],
+    index_dir: Annotated[Path, typer.Option(help="index directory (built by `skb index`)")] = Path(".skb/hpo"),
+    planner: Annotated[str, typer.Option(help="offline | openai")] = "offline",
+    k: Annotated[int, typer.Option(help="seed context size", min=1, max=1000)] = 20,
+    k_prime: Annotated[int, typer.Option("--k-prime", help="SAGE expansion size", min=0, max=1000)] = 10,
+    policy: Annotated[str, typer.Option(help="always | skip-when-explicit-edges | never")] = "skip-when-explicit-edges",
+    max_rounds: Annotated[int | None, typer.Option(help="planner rounds T", min=1, max=50)] = None,
+    model: Annotated[str | None, typer.Option(help="LLM model name (planner openai)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the AgentResult as JSON")] = False,
+) -> None:
+    """Ask a question; prints the ranked k + k' context with provenance and the answer."""
+    from pydantic import ValidationError
+
+    from agent.api import ask
+    from agent.config import AgentConfig
+    from graphs.bundle import IndexBundle
+    from graphs.errors import ConfigError
+
+    try:
+        if planner not in ("offline", "openai"):
+            raise ConfigError(f"unknown --planner {planner!r}; use offline or openai")
+        if policy not in ("always", "skip-when-explicit-edges", "never"):
+            raise ConfigError(f"unknown --policy {policy!r}; use always, skip-when-explicit-edges or never")
+        settings: dict[str, object] = {"planner": planner, "k": k, "k_prime": k_prime, "policy": policy}
+        if max_rounds is not None:
+            settings["max_rounds"] = max_rounds
+        if model is not None:
+            settings["model"] = model
+        try:
+            config = AgentConfig.model_validate(settings)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid option: {exc}") from exc
+        with IndexBundle.open(index_dir) as bundle:
+            result = ask(question, bundle=bundle, config=config)
+    except SKBError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(result.to_json(indent=2))
+        return
+    table = Table(title=f"context for: {question}")
+    for col in ("rank", "key", "type", "name", "score", "origin", "provenance"):
+        table.add_column(col, justify="right" if col in ("rank", "score") else "left", overflow="fold")
+    for item in result.context:
+        prov = "; ".join(dict.fromkeys(f"{p.tool}@{p.step}" for p in item.provenance))
+        table.add_row(str(item.rank), item.key, item.label, item.name, f"{item.score:.4f}", item.origin, prov)
+    console.print(table)
+    console.print(result.answer, markup=False, highlight=False)
+    notes = [f"steps {result.steps}", f"tool calls {result.tool_calls}", f"{result.timings_ms.get('total', 0):.0f} ms"]
+    if result.llm_calls:
+        notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens)")
+    if result.fallback_used:
+        notes.append("fallback search used")
+    console.print(", ".join(notes), style="dim")
+    for note in result.degraded:
+        err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False)
+
+
+# -- commands registered by other packages ------------------------------------------------------
+from graphs.cli import register as _register_graphs
+
+_register_graphs(app)
+
+try:  # evals/cli.py is optional until the eval harness lands
+    from evals.cli import eval_app as _eval_app
+except ImportError:
+    pass
+else:
+    app.add_typer(_eval_app, name="eval")

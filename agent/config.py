@@ -1,0 +1,62 @@
+"""One agent configuration, overridable per call through LangGraph's ``configurable``.
+
+Why one model: the CLI, the eval harness and library callers all tune the same knobs;
+a single validated model means a typo in an override is an error, not a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from graphs.errors import ConfigError
+
+ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
+PlannerKind = Literal["offline", "openai"]
+
+
+class AgentConfig(BaseModel):
+    """Knobs of the retrieval agent. Field names double as ``configurable`` keys."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    k: int = Field(default=20, ge=1, le=1000, description="seed context size (top-k from planning/acting)")
+    k_prime: int = Field(default=10, ge=0, le=1000, description="SAGE expansion size (k')")
+    max_rounds: int = Field(default=4, ge=1, le=50, description="T: planner rounds (LLM turns with tool calls)")
+    per_call_k: int = Field(default=50, ge=1, le=5000, description="K: results per tool call")
+    policy: ExpandPolicy = "skip-when-explicit-edges"
+    hybrid_weight: float = Field(default=0.5, ge=0.0, le=1.0, description="dense weight in BM25+dense fusion")
+    sage_weight: float = Field(default=0.5, ge=0.0, le=1.0, description="dense weight when SAGE ranks neighbors")
+    use_similarity_edges: bool = True
+    fallback_fill: bool = Field(
+        default=False, description="also top up a short seed list with hybrid hits (not only an empty one)"
+    )
+    planner: PlannerKind = "offline"
+    model: str = Field(default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"))
+    base_url: str | None = Field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_repairs: int = Field(default=2, ge=0, le=10, description="invalid tool-call rounds fed back to the model")
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_attempts: int = Field(default=4, ge=1, le=10, description="tries per LLM call on transient API errors")
+    llm_backoff_initial_s: float = Field(default=1.0, gt=0, description="first retry wait; doubles per attempt")
+    llm_backoff_max_s: float = Field(default=20.0, gt=0)
+    cypher_timeout_ms: int = Field(default=5000, ge=1)
+    cypher_max_rows: int = Field(default=200, ge=1, le=10000)
+    max_entities: int = Field(default=20, ge=0, le=200, description="linked entities passed to the planner")
+    max_hops: int = Field(default=2, ge=1, le=4)
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:
+        """This config with the known keys of ``overrides`` applied (unknown keys are ignored:
+        ``configurable`` also carries LangGraph's own entries such as ``thread_id``)."""
+        if not overrides:
+            return self
+        known = {k: v for k, v in overrides.items() if k in type(self).model_fields}
+        if not known:
+            return self
+        try:
+            return type(self).model_validate({**self.model_dump(), **known})
+        except ValidationError as exc:
+            raise ConfigError(f"invalid agent setting in configurable {sorted(known)}: {exc}") from exc

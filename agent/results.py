@@ -1,0 +1,64 @@
+"""What the agent hands back: a ranked, provenance-carrying context plus the cost of getting it.
+
+Why pydantic: results cross process boundaries (CLI `--json`, eval runs, MCP), so they
+need one validated, serialisable shape that every consumer can rely on.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class _JsonModel(BaseModel):
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent)
+
+
+class Provenance(_JsonModel):
+    """Which tool call, in which step, with which query surfaced a node."""
+
+    tool: str
+    step: int
+    query: str
+
+
+class ContextItem(_JsonModel):
+    key: str
+    label: str
+    name: str
+    score: float
+    rank: int
+    origin: Literal["seed", "sage", "fallback"]
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+class StageUsage(_JsonModel):
+    """LLM cost of one stage (``plan``, ``act``)."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class AgentResult(_JsonModel):
+    question: str
+    answer: str
+    context: list[ContextItem] = Field(default_factory=list)
+    target_type: str | None = None
+    relation_paths: list[list[str]] = Field(default_factory=list)
+    steps: int = 0
+    used_explicit_relations: bool = False
+    fallback_used: bool = False
+    degraded: list[str] = Field(default_factory=list)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+    usage_by_stage: dict[str, StageUsage] = Field(default_factory=dict)
+
+    def ranked(self) -> list[tuple[str, float]]:
+        """(key, score) in rank order: the shape evals consume."""
+        return [(item.key, item.score) for item in self.context]

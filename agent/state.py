@@ -1,0 +1,60 @@
+"""The LangGraph state of one agent run.
+
+Why a separate ``scratchpad``: ``messages`` is the conversation the caller sees (their question,
+our answer); the planner's system prompt, plan block, tool calls and tool results are working
+notes that would bloat a chat history, yet they stay in the state for tracing and streaming.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+from agent.results import AgentResult
+
+
+def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Reducer: later keys win; lets every node add its own timing/usage entry."""
+    return {**(left or {}), **(right or {})}
+
+
+class Candidate(TypedDict):
+    """One node in the candidate pool: accumulated evidence and where it came from."""
+
+    score: float
+    support: int
+    label: str
+    provenance: list[dict[str, Any]]
+
+
+class SeedItem(TypedDict):
+    key: str
+    score: float
+    origin: str
+
+
+class AgentState(TypedDict, total=False):
+    question: str
+    messages: Annotated[list[AnyMessage], add_messages]
+    scratchpad: Annotated[list[AnyMessage], add_messages]
+    linked_entities: list[dict[str, Any]]
+    target_type: str | None
+    relation_paths: list[list[dict[str, Any]]]
+    candidates: dict[str, Candidate]
+    observations: Annotated[list[dict[str, Any]], operator.add]
+    step: int
+    repairs: int
+    done: bool
+    finish: dict[str, Any] | None
+    used_explicit_relations: bool
+    fallback_used: bool
+    seeds: list[SeedItem]
+    expanded: list[SeedItem]
+    degraded: Annotated[list[str], operator.add]
+    timings_ms: Annotated[dict[str, float], merge_dicts]
+    usage: Annotated[dict[str, dict[str, int]], merge_dicts]
+    tool_calls: int
+    result: AgentResult

@@ -1,0 +1,79 @@
+"""Shared plumbing for the retrieval tools: argument injection, provenance, output shape, schema cache.
+
+Why injected arguments: the agent knows the step number and the question, the model does not
+and must not be asked for them. ``InjectedToolArg`` hides them from the schema the model sees
+while letting the agent (or a direct caller) pass them, so tools stay stateless and reentrant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+from langchain_core.tools import InjectedToolArg
+from pydantic import BaseModel
+
+from graphs.model import GraphSchema
+
+if TYPE_CHECKING:
+    from graphs.bundle import IndexBundle
+
+QuestionGetter = Callable[[], "str | None"]
+
+#: Longest node text or cell string a tool puts into a model's context.
+MAX_TEXT_CHARS = 240
+
+
+class InjectedArgs(BaseModel):
+    """Arguments the agent supplies and the model never sees."""
+
+    step: Annotated[int, InjectedToolArg] = 0
+    question: Annotated[str | None, InjectedToolArg] = None
+
+
+def truncate(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def provenance(tool: str, step: int, query: str) -> dict[str, Any]:
+    """The provenance record attached to a tool result; it applies to every node the result names."""
+    return {"tool": tool, "step": step, "query": truncate(query, 500)}
+
+
+def tool_output(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(content, artifact) for ``response_format='content_and_artifact'``: JSON text and the same dict."""
+    return json.dumps(payload, ensure_ascii=False, default=str), payload
+
+
+def error_payload(tool: str, step: int, query: str, type_: str, message: str, hint: str) -> dict[str, Any]:
+    return {
+        "error": {"type": type_, "message": message, "hint": hint},
+        "provenance": provenance(tool, step, query),
+    }
+
+
+def node_label_name(bundle: IndexBundle, key: str) -> tuple[str, str]:
+    node = bundle.skb.nodes.get(key)
+    if node is None:
+        return "", key
+    return node.label, node.name
+
+
+def schema_of(bundle: IndexBundle) -> GraphSchema:
+    """The bundle's graph schema (computed once and cached by the bundle)."""
+    return bundle.schema()
+
+
+def question_for(question: str | None, getter: QuestionGetter | None) -> str | None:
+    if question:
+        return question
+    return getter() if getter is not None else None
+
+
+def label_hint(schema: GraphSchema) -> str:
+    return "valid labels: " + ", ".join(schema.label_names())
+
+
+def relation_hint(schema: GraphSchema) -> str:
+    return "valid relationship types: " + ", ".join(schema.relation_names())
