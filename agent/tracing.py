@@ -1,0 +1,647 @@
+"""Local, LangSmith-shaped tracing: every chain/LLM/tool/retriever run of an agent call, kept in SQLite.
+
+Why local: a retrieval agent is debugged by reading what each step saw and returned, and that must
+work offline and without an account. Why the LangSmith run schema (id, trace_id, parent_run_id,
+dotted_order, run_type, inputs, outputs, extra, events, token counts): the same mental model and
+the same field names as the hosted tool, so traces can be exported or compared later. When
+LANGSMITH_TRACING / LANGSMITH_API_KEY are set, LangChain's own LangSmith tracer still runs: this
+module only *adds* a callback handler and disables nothing.
+
+Public API: `LocalTracer` (the callback handler), `TraceStore` (the SQLite file), `TraceRun` and
+`TraceSummary` (what readers get back), `tracer_for(index_dir)` and `callbacks_for(...)` (wiring for
+`skb ask` / `skb eval`), `to_jsonable` (safe serialisation of messages and pydantic models).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import LLMResult
+from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.schemas import Run
+from pydantic import BaseModel, Field
+
+from agent.results import StageUsage
+from graphs.errors import ConfigError, SKBError
+
+__all__ = [
+    "DEFAULT_TRACE_FILE",
+    "LocalTracer",
+    "TraceNotFoundError",
+    "TraceRun",
+    "TraceStore",
+    "TraceSummary",
+    "callbacks_for",
+    "default_trace_db",
+    "to_jsonable",
+    "tracer_for",
+    "tracing_enabled",
+]
+
+DEFAULT_TRACE_FILE = "traces.sqlite"
+TRACE_DB_ENV = "SKB_TRACE_DB"
+"""Environment variable naming the trace database (overrides `<index_dir>/traces.sqlite`)."""
+TRACING_ENV = "SKB_TRACING"
+"""Set to 0/false/off to turn local tracing off."""
+
+MAX_STRING_CHARS = 8_000
+MAX_LIST_ITEMS = 200
+MAX_DEPTH = 24
+MAX_PAYLOAD_CHARS = 400_000
+_SCHEMA_VERSION = 1
+
+
+class TraceNotFoundError(SKBError):
+    """No run in the trace database matches the given id (or the prefix is ambiguous)."""
+
+
+# -- safe serialisation ------------------------------------------------------------------
+
+
+def _truncate(text: str, limit: int = MAX_STRING_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [truncated {len(text) - limit} chars]"
+
+
+def _message_dict(msg: Any) -> dict[str, Any]:
+    """A LangChain message as the compact dict the viewer shows (no empty fields)."""
+    out: dict[str, Any] = {"type": getattr(msg, "type", type(msg).__name__)}
+    for field in ("name", "content", "tool_calls", "invalid_tool_calls", "tool_call_id", "status", "usage_metadata"):
+        value = getattr(msg, field, None)
+        if value not in (None, "", [], {}):
+            out[field] = value
+    artifact = getattr(msg, "artifact", None)
+    if artifact is not None:
+        out["artifact"] = artifact
+    return out
+
+
+def _lc_serialised_message(value: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`dumpd(message)` output ({"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}})."""
+    ident = value.get("id")
+    kwargs = value.get("kwargs")
+    if value.get("lc") != 1 or not isinstance(ident, list) or not ident or not isinstance(kwargs, Mapping):
+        return None
+    cls = str(ident[-1])
+    if not cls.endswith("Message") and not cls.endswith("MessageChunk"):
+        return None
+    kind = kwargs.get("type") or cls.replace("MessageChunk", "").replace("Message", "").lower()
+    out: dict[str, Any] = {"type": kind}
+    for field in ("name", "content", "tool_calls", "invalid_tool_calls", "tool_call_id", "status", "usage_metadata"):
+        item = kwargs.get(field)
+        if item not in (None, "", [], {}):
+            out[field] = item
+    return out
+
+
+def to_jsonable(value: Any, *, max_string: int = MAX_STRING_CHARS, _depth: int = 0, _seen: set[int] | None = None) -> Any:
+    """A JSON-safe copy of ``value``: messages, pydantic models, dataclasses, numpy, paths, UUIDs and
+    datetimes become plain data; long strings and lists are cut with a marker; anything else becomes
+    a short repr. Never raises -- a trace must not break the run it records."""
+    seen = _seen if _seen is not None else set()
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _truncate(value, max_string)
+    if _depth >= MAX_DEPTH:
+        return f"<{type(value).__name__}: max depth>"
+    if isinstance(value, UUID | Path):
+        return str(value)
+    if isinstance(value, _dt.datetime | _dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    ident = id(value)
+    if ident in seen:
+        return f"<cycle: {type(value).__name__}>"
+    seen.add(ident)
+    try:
+        return _to_jsonable_container(value, max_string, _depth, seen)
+    except Exception as exc:  # noqa: BLE001 -- serialisation of arbitrary objects must never fail the run
+        return _truncate(f"<unserialisable {type(value).__name__}: {exc}>", 300)
+    finally:
+        seen.discard(ident)
+
+
+def _to_jsonable_container(value: Any, max_string: int, depth: int, seen: set[int]) -> Any:
+    def rec(item: Any) -> Any:
+        return to_jsonable(item, max_string=max_string, _depth=depth + 1, _seen=seen)
+
+    if isinstance(value, Mapping):
+        lc_msg = _lc_serialised_message(value)
+        if lc_msg is not None:
+            return rec(lc_msg)
+        out: dict[str, Any] = {}
+        for i, (key, item) in enumerate(value.items()):
+            if i >= MAX_LIST_ITEMS:
+                out["..."] = f"[{len(value) - MAX_LIST_ITEMS} more keys]"
+                break
+            out[str(key)] = rec(item)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        converted = [rec(item) for item in items[:MAX_LIST_ITEMS]]
+        if len(items) > MAX_LIST_ITEMS:
+            converted.append(f"... [{len(items) - MAX_LIST_ITEMS} more items]")
+        return converted
+    if hasattr(value, "type") and hasattr(value, "content") and hasattr(value, "additional_kwargs"):
+        return rec(_message_dict(value))
+    if isinstance(value, BaseModel):
+        return rec(value.model_dump(mode="json"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return rec(dataclasses.asdict(value))
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
+        return rec(value.tolist())
+    return _truncate(repr(value), 300)
+
+
+def _dump_payload(value: Any) -> str | None:
+    """JSON text of a run payload, capped at MAX_PAYLOAD_CHARS (a preview replaces anything larger)."""
+    if value is None:
+        return None
+    text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
+    if len(text) > MAX_PAYLOAD_CHARS:
+        text = json.dumps({"_truncated": True, "chars": len(text), "preview": text[: MAX_PAYLOAD_CHARS // 4]})
+    return text
+
+
+# -- what readers get back -----------------------------------------------------------------
+
+
+class TraceRun(BaseModel):
+    """One stored run, in LangSmith's run-schema field names, with its children when read as a tree."""
+
+    id: str
+    trace_id: str
+    parent_run_id: str | None = None
+    dotted_order: str = ""
+    name: str
+    run_type: str
+    status: str = "success"
+    inputs: Any = None
+    outputs: Any = None
+    error: str | None = None
+    start_time: str
+    end_time: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+    events: list[Any] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    stage: str | None = None
+    child_runs: list[TraceRun] = Field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float | None:
+        if not self.end_time:
+            return None
+        start = _dt.datetime.fromisoformat(self.start_time)
+        end = _dt.datetime.fromisoformat(self.end_time)
+        return (end - start).total_seconds() * 1000.0
+
+    def walk(self) -> Iterable[tuple[int, TraceRun]]:
+        """(depth, run) in tree order."""
+        stack: list[tuple[int, TraceRun]] = [(0, self)]
+        while stack:
+            depth, run = stack.pop()
+            yield depth, run
+            stack.extend((depth + 1, child) for child in reversed(run.child_runs))
+
+    def subtree_tokens(self) -> tuple[int, int, int]:
+        """(prompt, completion, total) tokens of every LLM run at or under this one."""
+        p = c = t = 0
+        for _, run in self.walk():
+            p += run.prompt_tokens
+            c += run.completion_tokens
+            t += run.total_tokens
+        return p, c, t
+
+
+class TraceSummary(BaseModel):
+    """One line of `skb trace list`: a root run and totals over its trace."""
+
+    id: str
+    name: str
+    status: str
+    start_time: str
+    duration_ms: float | None
+    runs: int
+    llm_calls: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    preview: str = ""
+    error: str | None = None
+
+
+# -- the store -------------------------------------------------------------------------------
+
+_COLUMNS = (
+    "id", "trace_id", "parent_run_id", "dotted_order", "name", "run_type", "status", "inputs", "outputs",
+    "error", "start_time", "end_time", "extra", "tags", "events", "prompt_tokens", "completion_tokens",
+    "total_tokens", "stage",
+)
+_JSON_COLUMNS = {"inputs", "outputs", "extra", "tags", "events"}
+
+_DDL = f"""
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    parent_run_id TEXT,
+    dotted_order TEXT NOT NULL,
+    name TEXT NOT NULL,
+    run_type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    inputs TEXT,
+    outputs TEXT,
+    error TEXT,
+    start_time TEXT NOT NULL,
+    end_time TEXT,
+    extra TEXT,
+    tags TEXT,
+    events TEXT,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    total_tokens INTEGER NOT NULL DEFAULT 0,
+    stage TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_trace ON runs(trace_id, dotted_order);
+CREATE INDEX IF NOT EXISTS runs_roots ON runs(start_time) WHERE parent_run_id IS NULL;
+PRAGMA user_version = {_SCHEMA_VERSION};
+"""
+
+
+class TraceStore:
+    """The SQLite trace file. One connection guarded by a lock: callbacks arrive from LangGraph's
+    worker threads, and concurrent `skb` processes are serialised by SQLite's own file locking."""
+
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        if read_only:
+            if not self.path.exists():
+                raise TraceNotFoundError(
+                    f"no trace database at {self.path}; run `skb ask ... --index-dir DIR` first "
+                    f"(traces go to DIR/{DEFAULT_TRACE_FILE}) or pass --db PATH"
+                )
+            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10.0)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.executescript(_DDL)
+            except (OSError, sqlite3.Error) as exc:
+                raise ConfigError(
+                    f"cannot open trace database {self.path}: {exc}; pass a writable path "
+                    f"(--trace-db or {TRACE_DB_ENV}) or set {TRACING_ENV}=0"
+                ) from exc
+        self._conn.row_factory = sqlite3.Row
+
+    # writing
+    def upsert(self, row: Mapping[str, Any]) -> None:
+        values = [row.get(col) for col in _COLUMNS]
+        sql = (
+            f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+            f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _COLUMNS if c != 'id')}"
+        )
+        with self._lock:
+            self._conn.execute(sql, values)
+            self._conn.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # reading
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._conn.execute(sql, params).fetchall())
+
+    def resolve_id(self, run_id: str) -> str:
+        """The full id of the run whose id starts or ends with ``run_id``. Run ids are UUIDv7, so runs
+        of one trace share their leading (time) digits: a prefix that fits several runs but exactly
+        one root run means that root (the ids `skb trace list` prints)."""
+        run_id = run_id.strip().lower().replace("%", "").replace("_", "")
+        if not run_id:
+            raise TraceNotFoundError("empty run id; list runs with `skb trace list`")
+        rows = self._rows(
+            "SELECT id, parent_run_id FROM runs WHERE id LIKE ? OR id LIKE ? LIMIT 1000",
+            (run_id + "%", "%" + run_id),
+        )
+        exact = [r for r in rows if r["id"] == run_id]
+        if exact:
+            return run_id
+        if len(rows) == 1:
+            return str(rows[0]["id"])
+        roots = [r for r in rows if r["parent_run_id"] is None]
+        if len(roots) == 1:
+            return str(roots[0]["id"])
+        if not rows:
+            raise TraceNotFoundError(f"no run {run_id!r} in {self.path}; list runs with `skb trace list`")
+        raise TraceNotFoundError(
+            f"run id {run_id!r} matches {len(rows)} runs in {self.path}; give the full id from `skb trace list`"
+        )
+
+    def list_traces(self, limit: int = 20) -> list[TraceSummary]:
+        """The most recent root runs, newest first, with per-trace totals."""
+        rows = self._rows(
+            """
+            SELECT r.*, (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id) AS n_runs,
+                   (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id AND c.run_type = 'llm') AS n_llm,
+                   (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id AND c.run_type = 'tool') AS n_tool,
+                   (SELECT COALESCE(SUM(prompt_tokens), 0) FROM runs c WHERE c.trace_id = r.trace_id) AS p_tok,
+                   (SELECT COALESCE(SUM(completion_tokens), 0) FROM runs c WHERE c.trace_id = r.trace_id) AS c_tok,
+                   (SELECT COALESCE(SUM(total_tokens), 0) FROM runs c WHERE c.trace_id = r.trace_id) AS t_tok
+            FROM runs r WHERE r.parent_run_id IS NULL ORDER BY r.start_time DESC LIMIT ?
+            """,
+            (max(1, int(limit)),),
+        )
+        out = []
+        for row in rows:
+            run = _row_to_run(row)
+            out.append(
+                TraceSummary(
+                    id=run.id,
+                    name=run.name,
+                    status=run.status,
+                    start_time=run.start_time,
+                    duration_ms=run.duration_ms,
+                    runs=int(row["n_runs"]),
+                    llm_calls=int(row["n_llm"]),
+                    tool_calls=int(row["n_tool"]),
+                    prompt_tokens=int(row["p_tok"]),
+                    completion_tokens=int(row["c_tok"]),
+                    total_tokens=int(row["t_tok"]),
+                    preview=_preview(run.inputs),
+                    error=run.error,
+                )
+            )
+        return out
+
+    def runs_of_trace(self, trace_id: str) -> list[TraceRun]:
+        return [_row_to_run(r) for r in self._rows("SELECT * FROM runs WHERE trace_id = ? ORDER BY dotted_order", (trace_id,))]
+
+    def get_tree(self, run_id: str) -> TraceRun:
+        """The run ``run_id`` (full id or unique prefix) with all its descendants nested in ``child_runs``."""
+        full = self.resolve_id(run_id)
+        head = self._rows("SELECT trace_id FROM runs WHERE id = ?", (full,))
+        runs = self.runs_of_trace(str(head[0]["trace_id"]))
+        by_id = {r.id: r for r in runs}
+        for run in runs:  # dotted_order sorts parents before children and siblings by start time
+            if run.parent_run_id and run.parent_run_id in by_id and run.id != full:
+                by_id[run.parent_run_id].child_runs.append(run)
+        return by_id[full]
+
+    def usage_by_stage(self, trace_id: str) -> dict[str, StageUsage]:
+        """LLM calls and tokens of one trace, per stage (LangGraph node or explicit ``stage``)."""
+        rows = self._rows(
+            """SELECT COALESCE(stage, '?') AS stage, COUNT(*) AS n, SUM(prompt_tokens) AS p, SUM(completion_tokens) AS c
+               FROM runs WHERE trace_id = ? AND run_type = 'llm' GROUP BY 1""",
+            (trace_id,),
+        )
+        return {
+            str(r["stage"]): StageUsage(llm_calls=int(r["n"]), prompt_tokens=int(r["p"] or 0), completion_tokens=int(r["c"] or 0))
+            for r in rows
+        }
+
+
+def _row_to_run(row: sqlite3.Row) -> TraceRun:
+    data: dict[str, Any] = {}
+    for col in _COLUMNS:
+        value = row[col]
+        if col in _JSON_COLUMNS:
+            value = json.loads(value) if value else None
+        data[col] = value
+    data["extra"] = data.get("extra") or {}
+    data["tags"] = data.get("tags") or []
+    data["events"] = data.get("events") or []
+    return TraceRun.model_validate(data)
+
+
+def _preview(inputs: Any, limit: int = 80) -> str:
+    """The question (or first human message) of a root run's inputs, for one-line listings."""
+    text = ""
+    if isinstance(inputs, dict):
+        if isinstance(inputs.get("question"), str):
+            text = inputs["question"]
+        elif isinstance(inputs.get("messages"), list):
+            for msg in inputs["messages"]:
+                if isinstance(msg, dict) and msg.get("type") in ("human", "user") and isinstance(msg.get("content"), str):
+                    text = msg["content"]
+                elif isinstance(msg, list | tuple) and len(msg) == 2 and msg[0] in ("human", "user"):
+                    text = str(msg[1])
+        elif isinstance(inputs.get("input"), str):
+            text = inputs["input"]
+    if not text and inputs is not None:
+        text = json.dumps(inputs, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the callback handler ---------------------------------------------------------------------
+
+
+def _iso(value: _dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return value.astimezone(_dt.timezone.utc).isoformat()
+
+
+def _usage_from_result(response: LLMResult) -> tuple[int, int, int]:
+    """(prompt, completion, total) tokens from message usage_metadata, else the provider's llm_output."""
+    prompt = completion = total = 0
+    found = False
+    for generations in response.generations:
+        for gen in generations:
+            usage = getattr(getattr(gen, "message", None), "usage_metadata", None)
+            if usage:
+                found = True
+                prompt += int(usage.get("input_tokens", 0) or 0)
+                completion += int(usage.get("output_tokens", 0) or 0)
+                total += int(usage.get("total_tokens", 0) or 0)
+    if not found and isinstance(response.llm_output, dict):
+        usage = response.llm_output.get("token_usage") or response.llm_output.get("usage") or {}
+        if isinstance(usage, Mapping):
+            prompt = int(usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0)
+            completion = int(usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0)
+            total = int(usage.get("total_tokens", 0) or 0)
+    if total == 0:
+        total = prompt + completion
+    return prompt, completion, total
+
+
+def stage_of(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) -> str | None:
+    """The pipeline stage a run belongs to: metadata 'stage', a 'stage:<name>' tag, or the LangGraph node."""
+    metadata = metadata or {}
+    if metadata.get("stage"):
+        return str(metadata["stage"])
+    for tag in tags or ():
+        if tag.startswith("stage:"):
+            return tag.split(":", 1)[1]
+    node = metadata.get("langgraph_node")
+    return str(node) if node else None
+
+
+class LocalTracer(BaseTracer):
+    """Records each run into a `TraceStore` as it starts and ends (so a crashed run still leaves its
+    finished steps behind), and counts LLM calls and tokens per stage in memory.
+
+    Pass it in ``config={"callbacks": [tracer]}`` (or use `callbacks_for`). It is safe to share across
+    threads and questions; ``last_trace_id`` names the most recent root run it finished.
+    """
+
+    run_inline: bool = True  # parents must be recorded before their children, even under async
+
+    def __init__(self, store: TraceStore | Path | str, **kwargs: Any) -> None:
+        super().__init__(_schema_format="original+chat", **kwargs)
+        self.store = store if isinstance(store, TraceStore) else TraceStore(store)
+        self._usage: dict[str, tuple[int, int, int]] = {}
+        self._stage_usage: dict[str, StageUsage] = {}
+        self._counter_lock = threading.Lock()
+        self.last_trace_id: str | None = None
+        self.errors: list[str] = []
+
+    # -- hooks from BaseTracer ---------------------------------------------------------------
+    def _persist_run(self, run: Run) -> None:
+        # Every run is written by _on_run_update as it ends; the root needs nothing extra.
+        self.last_trace_id = str(run.trace_id)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> Run:
+        self._usage[str(run_id)] = _usage_from_result(response)
+        return super().on_llm_end(response, run_id=run_id, **kwargs)
+
+    def _on_run_create(self, run: Run) -> None:
+        self._write(run, status="running")
+
+    def _on_run_update(self, run: Run) -> None:
+        usage = self._usage.pop(str(run.id), None)
+        if usage is not None:
+            self._count_stage(run, usage)
+        self._write(run, status="error" if run.error else "success", usage=usage)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _count_stage(self, run: Run, usage: tuple[int, int, int]) -> None:
+        stage = stage_of(run.extra.get("metadata"), run.tags) or "?"
+        with self._counter_lock:
+            acc = self._stage_usage.setdefault(stage, StageUsage())
+            acc.llm_calls += 1
+            acc.prompt_tokens += usage[0]
+            acc.completion_tokens += usage[1]
+
+    def _write(self, run: Run, *, status: str, usage: tuple[int, int, int] | None = None) -> None:
+        try:
+            metadata = run.extra.get("metadata") if isinstance(run.extra, dict) else None
+            run_type = "llm" if run.run_type == "chat_model" else run.run_type
+            extra = {k: v for k, v in (run.extra or {}).items() if not k.startswith("__")}
+            if run.run_type == "chat_model":
+                extra["invocation_kind"] = "chat_model"
+            prompt, completion, total = usage or (0, 0, 0)
+            self.store.upsert(
+                {
+                    "id": str(run.id),
+                    "trace_id": str(run.trace_id),
+                    "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
+                    "dotted_order": run.dotted_order or "",
+                    "name": run.name or run_type,
+                    "run_type": run_type,
+                    "status": status,
+                    "inputs": _dump_payload(run.inputs),
+                    "outputs": _dump_payload(run.outputs) if status != "running" else None,
+                    "error": _truncate(run.error, 20_000) if run.error else None,
+                    "start_time": _iso(run.start_time),
+                    "end_time": _iso(run.end_time) if status != "running" else None,
+                    "extra": _dump_payload(extra),
+                    "tags": json.dumps(list(run.tags or [])),
+                    "events": _dump_payload(run.events or []),
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": total,
+                    "stage": stage_of(metadata, run.tags),
+                }
+            )
+        except Exception as exc:  # noqa: BLE001 -- tracing must never fail the agent call it observes
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    # -- readers -----------------------------------------------------------------------------
+    def usage_by_stage(self) -> dict[str, StageUsage]:
+        """LLM calls and tokens per stage over every run this tracer has seen."""
+        with self._counter_lock:
+            return {k: v.model_copy() for k, v in self._stage_usage.items()}
+
+    def reset_usage(self) -> None:
+        with self._counter_lock:
+            self._stage_usage.clear()
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> LocalTracer:
+        return self  # shared state (store, counters) must not be copied by config merging
+
+    def __copy__(self) -> LocalTracer:
+        return self
+
+
+# -- wiring helpers ---------------------------------------------------------------------------
+
+
+def tracing_enabled() -> bool:
+    return os.environ.get(TRACING_ENV, "1").strip().lower() not in {"0", "false", "off", "no"}
+
+
+def default_trace_db(index_dir: Path | str | None) -> Path:
+    """`$SKB_TRACE_DB` if set, else `<index_dir>/traces.sqlite`."""
+    env = os.environ.get(TRACE_DB_ENV)
+    if env:
+        return Path(env).expanduser()
+    if index_dir is None:
+        raise ConfigError(f"no trace database: pass --index-dir DIR or --db PATH (or set {TRACE_DB_ENV})")
+    return Path(index_dir) / DEFAULT_TRACE_FILE
+
+
+_TRACERS: dict[Path, LocalTracer] = {}
+_TRACERS_LOCK = threading.Lock()
+
+
+def tracer_for(index_dir: Path | str | None, db: Path | str | None = None) -> LocalTracer:
+    """The process-wide tracer writing to ``db`` (default: `default_trace_db(index_dir)`)."""
+    path = Path(db).expanduser() if db is not None else default_trace_db(index_dir)
+    key = path.resolve()
+    with _TRACERS_LOCK:
+        tracer = _TRACERS.get(key)
+        if tracer is None:
+            tracer = _TRACERS[key] = LocalTracer(TraceStore(path))
+        return tracer
+
+
+def callbacks_for(
+    index_dir: Path | str | None,
+    *,
+    db: Path | str | None = None,
+    enabled: bool | None = None,
+    extra: Sequence[BaseCallbackHandler] = (),
+) -> list[BaseCallbackHandler]:
+    """Callbacks for one agent/eval call: the local tracer (unless disabled by ``enabled=False`` or
+    `SKB_TRACING=0`) plus ``extra``. LangSmith's env-configured tracer is added by LangChain itself."""
+    on = tracing_enabled() if enabled is None else enabled
+    handlers: list[BaseCallbackHandler] = list(extra)
+    if on:
+        handlers.insert(0, tracer_for(index_dir, db))
+    return handlers
