@@ -1,0 +1,231 @@
+"""Every evaluated method behind the ``Retriever`` protocol, built by name.
+
+Names: ``bm25``, ``vss``, ``hybrid`` (index search baselines), ``hybrid+sage``
+(hybrid seeds + query-time SAGE expansion), ``agent`` (the LangGraph agent with
+SAGE off), ``agent+sage`` and ``agent+sage:<policy>`` (policy always |
+skip-when-explicit-edges | never).
+
+The index bundle, SAGE and the agent are owned by other modules; they are
+imported inside the builders so that the harness (and its tests with fake
+retrievers) works before and without them.
+
+Baselines retrieve ``k=100`` by default so that Recall@k curves reach k=100.
+``hybrid+sage`` keeps the first ``seed_k`` hybrid hits, then the ``k_prime`` SAGE
+neighbours, then the remaining hybrid hits: with the defaults (10 + 10) its top 20
+spends the same budget as hybrid's top 20, which makes Hit@20 / Recall@20
+comparable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from evals.protocol import Retrieval, Retriever
+from graphs.errors import ConfigError
+
+SAGE_POLICIES = ("always", "skip-when-explicit-edges", "never")
+SEARCH_MODES = ("bm25", "vss", "hybrid")
+DEFAULT_AGENT_SAGE_POLICY = "always"
+
+Builder = Callable[..., Retriever]
+
+
+def _ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _check_overrides(name: str, overrides: dict[str, Any], allowed: Iterable[str]) -> None:
+    allowed_set = set(allowed)
+    unknown = sorted(set(overrides) - allowed_set)
+    if unknown:
+        raise ConfigError(
+            f"method {name!r} does not accept setting(s) {', '.join(unknown)}; "
+            f"it accepts: {', '.join(sorted(allowed_set)) or '(none)'}"
+        )
+
+
+class SearchMethod:
+    """One call to ``bundle.search`` in a fixed mode (the STaRK-style baselines)."""
+
+    OPTIONS = ("k", "label")
+
+    def __init__(self, name: str, bundle: Any, mode: str, *, k: int = 100, label: str | None = None) -> None:
+        if k < 1:
+            raise ConfigError(f"method {name!r}: k must be >= 1, got {k}")
+        self.name = name
+        self.bundle = bundle
+        self.mode = mode
+        self.k = int(k)
+        self.label = label
+        self.config: dict[str, Any] = {"method": name, "kind": "search", "mode": mode, "k": self.k, "label": label}
+
+    def retrieve(self, question: str) -> Retrieval:
+        start = time.perf_counter()
+        hits = self.bundle.search(question, mode=self.mode, k=self.k, label=self.label)
+        return Retrieval(ranked=[(str(h.key), float(h.score)) for h in hits], timings_ms={"search": _ms(start)})
+
+
+class HybridSageMethod:
+    """Hybrid seeds followed by their query-time SAGE neighbours (``graphs.sage_expand.expand``)."""
+
+    OPTIONS = ("k", "label", "seed_k", "k_prime", "weight", "use_similarity_edges")
+
+    def __init__(
+        self,
+        name: str,
+        bundle: Any,
+        *,
+        k: int = 100,
+        label: str | None = None,
+        seed_k: int = 10,
+        k_prime: int = 10,
+        weight: float = 0.5,
+        use_similarity_edges: bool = True,
+    ) -> None:
+        if seed_k < 1 or k_prime < 0 or k < 1:
+            raise ConfigError(f"method {name!r}: need k >= 1, seed_k >= 1 and k_prime >= 0")
+        self.name = name
+        self.bundle = bundle
+        self.k = max(int(k), int(seed_k))
+        self.label = label
+        self.seed_k = int(seed_k)
+        self.k_prime = int(k_prime)
+        self.weight = float(weight)
+        self.use_similarity_edges = bool(use_similarity_edges)
+        self.config: dict[str, Any] = {
+            "method": name, "kind": "search+sage", "mode": "hybrid", "k": self.k, "label": label,
+            "seed_k": self.seed_k, "k_prime": self.k_prime, "weight": self.weight,
+            "use_similarity_edges": self.use_similarity_edges, "order": "seeds, sage neighbours, rest of hybrid",
+        }
+
+    def retrieve(self, question: str) -> Retrieval:
+        from graphs.sage_expand import expand
+
+        start = time.perf_counter()
+        hits = self.bundle.search(question, mode="hybrid", k=self.k, label=self.label)
+        ranked_all = [(str(h.key), float(h.score)) for h in hits]
+        search_ms = _ms(start)
+        seeds = ranked_all[: self.seed_k]
+        start = time.perf_counter()
+        expanded = expand(self.bundle, question, seeds, k_prime=self.k_prime, weight=self.weight,
+                          use_similarity_edges=self.use_similarity_edges) if self.k_prime else []
+        sage_ms = _ms(start)
+        ranked: list[tuple[str, float]] = []
+        seen: set[str] = set()
+        for key, score in [*seeds, *((str(k), float(s)) for k, s in expanded), *ranked_all[self.seed_k:]]:
+            if key not in seen:
+                seen.add(key)
+                ranked.append((key, score))
+        return Retrieval(ranked=ranked, timings_ms={"search": search_ms, "sage": sage_ms})
+
+
+def _agent_options() -> tuple[str, ...]:
+    from agent.config import AgentConfig
+
+    return tuple(AgentConfig.model_fields)
+
+
+class AgentMethod:
+    """The agent through ``agent.api.ask``; its context, in rank order, is the ranking."""
+
+    def __init__(self, name: str, bundle: Any, *, policy: str, **overrides: Any) -> None:
+        from agent.config import AgentConfig
+
+        if "policy" in overrides and overrides["policy"] != policy:
+            raise ConfigError(f"method {name!r} fixes policy={policy!r}; choose the policy with the method name "
+                              f"(agent+sage:<policy>) instead of a 'policy' setting")
+        overrides.pop("policy", None)
+        _check_overrides(name, overrides, AgentConfig.model_fields)
+        self.name = name
+        self.bundle = bundle
+        self.agent_config = AgentConfig(**{**overrides, "policy": policy})
+        self.config: dict[str, Any] = {"method": name, "kind": "agent",
+                                       "agent_config": self.agent_config.model_dump(mode="json")}
+
+    def retrieve(self, question: str) -> Retrieval:
+        from agent.api import ask
+
+        start = time.perf_counter()
+        result = ask(question, bundle=self.bundle, config=self.agent_config)
+        total = _ms(start)
+        context = sorted(result.context, key=lambda item: item.rank)
+        timings = {str(k): float(v) for k, v in result.timings_ms.items()}
+        timings.setdefault("total", total)
+        return Retrieval(
+            ranked=[(str(item.key), float(item.score)) for item in context],
+            timings_ms=timings,
+            llm_calls=int(result.llm_calls),
+            prompt_tokens=int(result.prompt_tokens),
+            completion_tokens=int(result.completion_tokens),
+            tool_calls=int(result.tool_calls),
+        )
+
+
+def _search_builder(mode: str) -> Builder:
+    def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
+        _check_overrides(name, overrides, SearchMethod.OPTIONS)
+        return SearchMethod(name, bundle, mode, **overrides)
+
+    return build
+
+
+def _hybrid_sage(name: str, bundle: Any, **overrides: Any) -> Retriever:
+    _check_overrides(name, overrides, HybridSageMethod.OPTIONS)
+    return HybridSageMethod(name, bundle, **overrides)
+
+
+def _agent_builder(policy: str) -> Builder:
+    def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
+        return AgentMethod(name, bundle, policy=policy, **overrides)
+
+    return build
+
+
+_REGISTRY: dict[str, tuple[Builder, Callable[[], Iterable[str]]]] = {
+    "bm25": (_search_builder("bm25"), lambda: SearchMethod.OPTIONS),
+    "vss": (_search_builder("vss"), lambda: SearchMethod.OPTIONS),
+    "hybrid": (_search_builder("hybrid"), lambda: SearchMethod.OPTIONS),
+    "hybrid+sage": (_hybrid_sage, lambda: HybridSageMethod.OPTIONS),
+    "agent": (_agent_builder("never"), _agent_options),
+    "agent+sage": (_agent_builder(DEFAULT_AGENT_SAGE_POLICY), _agent_options),
+}
+for _policy in SAGE_POLICIES:
+    _REGISTRY[f"agent+sage:{_policy}"] = (_agent_builder(_policy), _agent_options)
+
+
+def method_names() -> list[str]:
+    """Every name ``make_method`` accepts (including registered extras)."""
+    return list(_REGISTRY)
+
+
+def register_method(name: str, builder: Builder, options: Iterable[str] = ()) -> None:
+    """Add a method (plugins, tests); ``builder(name, bundle, **overrides) -> Retriever``."""
+    frozen = tuple(options)
+    _REGISTRY[name] = (builder, lambda: frozen)
+
+
+def unregister_method(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _lookup(name: str) -> tuple[Builder, Callable[[], Iterable[str]]]:
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        hint = ""
+        if name.startswith("agent+sage:"):
+            hint = f" (policies: {', '.join(SAGE_POLICIES)})"
+        raise ConfigError(f"unknown method {name!r}{hint}; choose from: {', '.join(method_names())}")
+    return entry
+
+
+def method_options(name: str) -> list[str]:
+    """The override keys a method accepts (for routing ``--set key=value``)."""
+    return sorted(_lookup(name)[1]())
+
+
+def make_method(name: str, bundle: Any, **overrides: Any) -> Retriever:
+    """Build a method by name; unknown names and settings raise ConfigError listing the valid ones."""
+    builder, _ = _lookup(name)
+    return builder(name, bundle, **overrides)
