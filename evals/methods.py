@@ -2,7 +2,8 @@
 
 Names: ``bm25``, ``vss``, ``hybrid`` (index search baselines), ``hybrid+sage``
 (hybrid seeds + query-time SAGE expansion), ``agent`` (the LangGraph agent with
-SAGE off), ``agent+sage`` and ``agent+sage:<policy>`` (policy always |
+SAGE off: policy ``never``), ``agent+sage`` (the agent as shipped: AgentConfig's
+default policy) and ``agent+sage:<policy>`` (policy always |
 skip-when-explicit-edges | never).
 
 The index bundle, SAGE and the agent are owned by other modules; they are
@@ -27,7 +28,7 @@ from graphs.errors import ConfigError
 
 SAGE_POLICIES = ("always", "skip-when-explicit-edges", "never")
 SEARCH_MODES = ("bm25", "vss", "hybrid")
-DEFAULT_AGENT_SAGE_POLICY = "always"
+DEFAULT_AGENT_SAGE_POLICY: str | None = None  # None: AgentConfig's own default (the shipped behaviour)
 
 Builder = Callable[..., Retriever]
 
@@ -130,9 +131,14 @@ def _agent_options() -> tuple[str, ...]:
 class AgentMethod:
     """The agent through ``agent.api.ask``; its context, in rank order, is the ranking."""
 
-    def __init__(self, name: str, bundle: Any, *, policy: str, **overrides: Any) -> None:
+    def __init__(self, name: str, bundle: Any, *, sage_policy: str | None, **overrides: Any) -> None:
         from agent.config import AgentConfig
 
+        policy = sage_policy
+        if policy is None:
+            policy = str(AgentConfig.model_fields["policy"].default)
+            if policy == "never":
+                policy = "always"
         if "policy" in overrides and overrides["policy"] != policy:
             raise ConfigError(f"method {name!r} fixes policy={policy!r}; choose the policy with the method name "
                               f"(agent+sage:<policy>) instead of a 'policy' setting")
@@ -176,9 +182,9 @@ def _hybrid_sage(name: str, bundle: Any, **overrides: Any) -> Retriever:
     return HybridSageMethod(name, bundle, **overrides)
 
 
-def _agent_builder(policy: str) -> Builder:
+def _agent_builder(policy: str | None) -> Builder:
     def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
-        return AgentMethod(name, bundle, policy=policy, **overrides)
+        return AgentMethod(name, bundle, sage_policy=policy, **overrides)
 
     return build
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ def test_single_metric_functions_agree_with_cases(case: dict[str, Any]) -> None:
 def test_recall_curve_matches_hand_computed_points(case: dict[str, Any]) -> None:
     curve = recall_curve(case["ranked"], case["answers"])
     assert len(curve) == 100
-    assert all(a <= b for a, b in zip(curve, curve[1:], strict=False)), "recall@k must not decrease with k"
+    assert all(a <= b for a, b in itertools.pairwise(curve)), "recall@k must not decrease with k"
     for k, expected in case["recall_at"].items():
         assert curve[int(k) - 1] == pytest.approx(expected), f"R@{k}"
         assert recall_at_k(case["ranked"], case["answers"], int(k)) == pytest.approx(expected)
