@@ -51,8 +51,12 @@ class SearchMethod:
     """One call to ``bundle.search`` in a fixed mode (the STaRK-style baselines)."""
 
     OPTIONS = ("k", "label")
+    HYBRID_OPTIONS = ("k", "label", "weight")
 
-    def __init__(self, name: str, bundle: Any, mode: str, *, k: int = 100, label: str | None = None) -> None:
+    def __init__(
+        self, name: str, bundle: Any, mode: str, *, k: int = 100, label: str | None = None,
+        weight: float | None = None,
+    ) -> None:
         if k < 1:
             raise ConfigError(f"method {name!r}: k must be >= 1, got {k}")
         self.name = name
@@ -60,11 +64,15 @@ class SearchMethod:
         self.mode = mode
         self.k = int(k)
         self.label = label
-        self.config: dict[str, Any] = {"method": name, "kind": "search", "mode": mode, "k": self.k, "label": label}
+        self.extra: dict[str, Any] = {}
+        if mode == "hybrid":
+            self.extra["weight"] = 0.5 if weight is None else float(weight)
+        self.config: dict[str, Any] = {"method": name, "kind": "search", "mode": mode, "k": self.k, "label": label,
+                                       **self.extra}
 
     def retrieve(self, question: str) -> Retrieval:
         start = time.perf_counter()
-        hits = self.bundle.search(question, mode=self.mode, k=self.k, label=self.label)
+        hits = self.bundle.search(question, mode=self.mode, k=self.k, label=self.label, **self.extra)
         return Retrieval(ranked=[(str(h.key), float(h.score)) for h in hits], timings_ms={"search": _ms(start)})
 
 
@@ -171,7 +179,7 @@ class AgentMethod:
 
 def _search_builder(mode: str) -> Builder:
     def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
-        _check_overrides(name, overrides, SearchMethod.OPTIONS)
+        _check_overrides(name, overrides, SearchMethod.HYBRID_OPTIONS if mode == "hybrid" else SearchMethod.OPTIONS)
         return SearchMethod(name, bundle, mode, **overrides)
 
     return build
@@ -192,7 +200,7 @@ def _agent_builder(policy: str | None) -> Builder:
 _REGISTRY: dict[str, tuple[Builder, Callable[[], Iterable[str]]]] = {
     "bm25": (_search_builder("bm25"), lambda: SearchMethod.OPTIONS),
     "vss": (_search_builder("vss"), lambda: SearchMethod.OPTIONS),
-    "hybrid": (_search_builder("hybrid"), lambda: SearchMethod.OPTIONS),
+    "hybrid": (_search_builder("hybrid"), lambda: SearchMethod.HYBRID_OPTIONS),
     "hybrid+sage": (_hybrid_sage, lambda: HybridSageMethod.OPTIONS),
     "agent": (_agent_builder("never"), _agent_options),
     "agent+sage": (_agent_builder(DEFAULT_AGENT_SAGE_POLICY), _agent_options),
