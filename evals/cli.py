@@ -47,7 +47,8 @@ SplitOpt = Annotated[str | None, typer.Option("--split", help="train|val|test (S
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Run directory (resumable: finished questions are "
                                              "skipped).")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Method setting KEY=VALUE (JSON value), repeatable; "
-                                                  "goes to every selected method that accepts KEY.")]
+                                                  "goes to every selected method that accepts KEY; METHOD.KEY=VALUE "
+                                                  "targets one method (see `skb eval methods`).")]
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Graph store for agent methods (falkordb|neo4j).")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
@@ -87,7 +88,10 @@ def parse_settings(items: list[str] | None) -> dict[str, Any]:
 
 
 def route_settings(methods: list[str], settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Give each method the settings it accepts; a setting no selected method accepts is an error."""
+    """Give each method the settings it accepts; ``METHOD.KEY`` targets one method only.
+
+    A setting that no selected method accepts is an error rather than silently ignored.
+    """
     options: dict[str, set[str]] = {}
     for name in methods:
         try:
@@ -95,10 +99,20 @@ def route_settings(methods: list[str], settings: dict[str, Any]) -> dict[str, di
         except ImportError as exc:
             raise ConfigError(f"method {name!r} needs a module that is not available ({exc}); "
                               "choose another method") from None
-    routed = {name: {k: v for k, v in settings.items() if k in options[name]} for name in methods}
-    unused = sorted(k for k in settings if not any(k in opts for opts in options.values()))
+    routed: dict[str, dict[str, Any]] = {name: {} for name in methods}
+    unused: list[str] = []
+    for raw_key, value in settings.items():
+        target, dot, key = raw_key.rpartition(".")
+        if dot and target not in options:
+            raise ConfigError(f"--set {raw_key}: {target!r} is not a selected method ({', '.join(methods)})")
+        takers = [target] if dot else [name for name in methods if key in options[name]]
+        takers = [name for name in takers if key in options[name]]
+        if not takers:
+            unused.append(raw_key)
+        for name in takers:
+            routed[name][key] = value
     if unused:
-        raise ConfigError(f"no selected method accepts setting(s) {', '.join(unused)}; "
+        raise ConfigError(f"no selected method accepts setting(s) {', '.join(sorted(unused))}; "
                           + "; ".join(f"{n}: {', '.join(sorted(o)) or '(none)'}" for n, o in options.items()))
     return routed
 

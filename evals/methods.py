@@ -133,7 +133,7 @@ class HybridSageMethod:
 def _agent_options() -> tuple[str, ...]:
     from agent.config import AgentConfig
 
-    return tuple(AgentConfig.model_fields)
+    return tuple(f for f in AgentConfig.model_fields if f != "policy")  # the method name fixes the policy
 
 
 class AgentMethod:

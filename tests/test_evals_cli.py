@@ -179,3 +179,15 @@ def test_agent_methods_fix_the_sage_policy() -> None:
     assert default["policy"] == AgentConfig().policy and default["k"] == 7
     with pytest.raises(ConfigError, match="fixes policy"):
         make_method("agent", object(), policy="always")
+
+
+def test_settings_are_routed_per_method(fake_registry: list[FakeBundle]) -> None:
+    from evals.cli import route_settings
+
+    routed = route_settings(["bm25", "hybrid", "fake-good"], {"k": 50, "hybrid.weight": 0.7, "depth": 3})
+    assert routed == {"bm25": {"k": 50}, "hybrid": {"k": 50, "weight": 0.7}, "fake-good": {"depth": 3}}
+    assert route_settings(["bm25", "hybrid"], {"hybrid.k": 30}) == {"bm25": {}, "hybrid": {"k": 30}}
+    with pytest.raises(ConfigError, match="not a selected method"):
+        route_settings(["bm25"], {"vss.k": 3})
+    with pytest.raises(ConfigError, match=r"accepts setting\(s\) bm25.weight"):
+        route_settings(["bm25"], {"bm25.weight": 0.2})
