@@ -107,6 +107,9 @@ def summarize(
     """Every aggregate of one method: metrics with CIs overall and per group, curve, latency, cost."""
     rows = [r.metrics for r in results]
     overall = {k: _est(v) for k, v in aggregate(rows, n_resamples=n_resamples, seed=seed).items()}
+    answerable_rows = [r.metrics for r in results if not r.all_answers_unknown]
+    answerable = (overall if len(answerable_rows) == len(rows) else
+                  {k: _est(v) for k, v in aggregate(answerable_rows, n_resamples=n_resamples, seed=seed).items()})
     groups: dict[str, dict[str, Any]] = {}
     for column in group_columns:
         buckets: dict[str, list[QuestionResult]] = defaultdict(list)
@@ -144,6 +147,7 @@ def summarize(
         "errors": len(errors),
         "error_examples": [{"id": r.id, "error": r.error} for r in errors[:5]],
         "overall": overall,
+        "overall_answerable": answerable,
         "groups": groups,
         "recall_curve": mean_curve([recall_curve(r.ranked_keys, r.answer_ids, CURVE_MAX_K) for r in results]),
         "latency_ms": latency,
@@ -288,6 +292,12 @@ def render_markdown(metrics: Mapping[str, Any]) -> str:
                      _ms_fmt(total.get("p50")), _ms_fmt(total.get("p95")), _num(cost["llm_calls_mean"], 2),
                      _num(cost["tokens_mean"], 0), _num(cost["tool_calls_mean"], 2), str(m["errors"])])
     lines += _table(header, rows)
+
+    if any(m["questions_all_answers_unknown"] for m in methods.values()):
+        lines += ["", "## Overall, questions with at least one answer in the index", ""]
+        rows = [[f"`{name}`", str(m["n"] - len(m["questions_all_answers_unknown"])),
+                 *(_fmt(m["overall_answerable"].get(k)) for k in HEADLINE_METRICS)] for name, m in methods.items()]
+        lines += _table(["method", "n", *(METRIC_LABELS[m] for m in HEADLINE_METRICS)], rows)
 
     columns = sorted({c for m in methods.values() for c in m["groups"]}, key=lambda c: (c != "target_type", c))
     for column in columns:

@@ -84,8 +84,11 @@ def test_unknown_answer_keys_are_reported_not_dropped(tmp_path: Path) -> None:
     # Kept in the denominators: the questions with a missing second answer have recall 0.5.
     assert metrics["methods"]["perfect"]["overall"]["recall@20"]["mean"] < 1.0
     assert metrics["methods"]["perfect"]["questions_all_answers_unknown"] == ["7"]
+    answerable = metrics["methods"]["perfect"]["overall_answerable"]
+    assert answerable["hit@1"]["n"] == N - 1 and answerable["hit@1"]["mean"] == 1.0
     report = (out / "report.md").read_text()
     assert "Answer keys missing from the index" in report and "**7** of" in report and "MISSING10" in report
+    assert "## Overall, questions with at least one answer in the index" in report
 
 
 def test_unknown_answers_reported_from_results_without_run_info(tmp_path: Path) -> None:
