@@ -1,0 +1,128 @@
+"""Property and name handling shared by the FalkorDB and Neo4j stores.
+
+Why: both stores accept only scalars and lists of scalars as property values and
+both need labels/relationship types spliced into Cypher text (they cannot be
+parameters), so sanitising values and quoting names must behave identically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from graphs.errors import LoaderError
+from graphs.model import SKB, LabelInfo, PropertyInfo
+
+Scalar = str | int | float | bool
+
+
+def quote_name(name: str) -> str:
+    """Backtick-quote a label, relationship type or property name for Cypher text."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _scalar_or_json(value: Any) -> Scalar:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def store_value(value: Any) -> Scalar | list[Scalar] | None:
+    """A value a graph store can hold: None is dropped, nested structures become JSON text.
+
+    Lists of scalars stay lists (both stores index and return them natively); a list
+    mixing types or holding dicts becomes a list of JSON strings so nothing is lost.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [v for v in value if v is not None]
+        if all(isinstance(v, str) for v in items) or all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
+        ):
+            return list(items)
+        if all(isinstance(v, bool) for v in items):
+            return list(items)
+        return [v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str) for v in items]
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=str)
+    return _scalar_or_json(value)
+
+
+def store_props(props: dict[str, Any], *, key: str | None = None) -> dict[str, Any]:
+    """Sanitised copy of a property map, with `key` forced to the node key when given."""
+    out: dict[str, Any] = {}
+    if key is not None:
+        out["key"] = key
+    for name, value in props.items():
+        if key is not None and name == "key":
+            continue
+        converted = store_value(value)
+        if converted is not None:
+            out[str(name)] = converted
+    return out
+
+
+def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    size = max(1, size)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
+    """Per label, rows of the form {"props": {...}} ready for `UNWIND $rows AS r ... SET n = r.props`."""
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for node in skb.nodes.values():
+        rows[node.label].append({"props": store_props(node.props, key=node.key)})
+    return dict(rows)
+
+
+def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Per (rel, src label, dst label), rows {"s": src key, "d": dst key, "p": props}; dangling edges are refused."""
+    rows: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for i, edge in enumerate(skb.edges):
+        src = skb.nodes.get(edge.src)
+        dst = skb.nodes.get(edge.dst)
+        if src is None or dst is None:
+            missing = edge.src if src is None else edge.dst
+            raise LoaderError(
+                skb.name,
+                f"edge {edge.src!r} -[{edge.rel}]-> {edge.dst!r} refers to unknown node {missing!r}",
+                record=i,
+                fix="call skb.validate() before loading, and add the node or drop the edge",
+            )
+        rows[(edge.rel, src.label, dst.label)].append({"s": edge.src, "d": edge.dst, "p": store_props(edge.props)})
+    return dict(rows)
+
+
+def type_name(value: Any) -> str:
+    """Cypher-ish type names matching graphs.model's SKB.schema()."""
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int):
+        return "INTEGER"
+    if isinstance(value, float):
+        return "FLOAT"
+    if isinstance(value, list):
+        return "LIST"
+    return "STRING"
+
+
+def label_info_from_samples(label: str, count: int, samples: Sequence[dict[str, Any]], max_samples: int) -> LabelInfo:
+    """Build a LabelInfo from sampled property maps; `key` first, then `name`, then the rest as first seen."""
+    infos: dict[str, PropertyInfo] = {}
+    for props in samples:
+        for pname, value in props.items():
+            info = infos.get(pname)
+            if info is None:
+                info = infos[pname] = PropertyInfo(name=pname, type=type_name(value))
+            if len(info.samples) < max_samples and value not in (None, "", []):
+                info.samples.append(str(value)[:80])
+    ordered = [infos.pop(p) for p in ("key", "name") if p in infos] + list(infos.values())
+    if not any(p.name == "key" for p in ordered):
+        ordered.insert(0, PropertyInfo(name="key", type="STRING"))
+    return LabelInfo(label=label, count=count, properties=ordered)

@@ -1,0 +1,173 @@
+"""The static Cypher guard: table-driven cases, property-based robustness, schema checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
+from graphs.store.cypher_guard import check_against_schema, check_read_only, extract_refs
+from tests.store_fixtures import tiny_skb
+
+CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "cypher_guard_cases.json").read_text())
+SCHEMA = tiny_skb().schema()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["query"][:50] for c in CASES])
+def test_guard_cases(case: dict[str, Any]) -> None:
+    assert case["expected"] in ("ok", "violation")
+    if case["expected"] == "ok":
+        check_read_only(case["query"])
+    else:
+        with pytest.raises(ReadOnlyViolationError):
+            check_read_only(case["query"])
+
+
+def test_cases_file_covers_every_refused_clause() -> None:
+    text = " ".join(c["query"].upper() for c in CASES if c["expected"] == "violation")
+    for clause in (
+        "CREATE",
+        "MERGE",
+        "DELETE",
+        "DETACH",
+        "SET",
+        "REMOVE",
+        "DROP",
+        "LOAD CSV",
+        "FOREACH",
+        "CALL {",
+        ";",
+    ):
+        assert clause in text, clause
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("MATCH (n) DETACH DELETE n", "DETACH DELETE"),
+        ("LOAD CSV FROM 'x' AS r RETURN r", "LOAD CSV"),
+        ("CALL dbms.killQuery('1')", "dbms.killQuery"),
+        ("MATCH (n) RETURN n; MATCH (m) RETURN m", "multiple statements"),
+    ],
+)
+def test_violation_message_names_the_clause(query: str, named: str) -> None:
+    with pytest.raises(ReadOnlyViolationError, match=named):
+        check_read_only(query)
+
+
+@pytest.mark.parametrize(
+    "query", ["MATCH (n) WHERE n.name = 'oops RETURN n", "MATCH (n) /* open", "MATCH (`n) RETURN 1", ""]
+)
+def test_malformed_input_is_a_validation_error(query: str) -> None:
+    with pytest.raises(CypherValidationError):
+        check_read_only(query)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_random_text_never_crashes_the_guard(text: str) -> None:
+    for check in (check_read_only, lambda q: check_against_schema(q, SCHEMA)):
+        try:
+            check(text)
+        except SKBError:
+            pass
+
+
+_ALPHABET = st.sampled_from(list("()[]{}:;,.'\"`$-><|/*\\ \n\tnmrCREATEsetMATCH0123456789"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(_ALPHABET, max_size=120))
+def test_cypher_like_noise_never_crashes_the_guard(text: str) -> None:
+    for check in (check_read_only, lambda q: check_against_schema(q, SCHEMA)):
+        try:
+            check(text)
+        except SKBError:
+            pass
+
+
+_WRITES = ["CREATE (x)", "MERGE (x)", "DELETE n", "DETACH DELETE n", "SET n.a = 1", "REMOVE n.a", "DROP INDEX x",
+           "FOREACH (i IN [1] | SET n.a = i)", "LOAD CSV FROM 'f' AS r"]  # fmt: skip
+_SPACE = st.lists(
+    st.sampled_from([" ", "\n", "\t", "\r\n", " /* c */ ", "\u00a0", "// c\n"]), min_size=1, max_size=3
+).map("".join)
+
+
+def _vary_case(word: str, flips: list[bool]) -> str:
+    return "".join(c.lower() if flips[i % len(flips)] else c.upper() for i, c in enumerate(word))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(_WRITES),
+    st.lists(st.booleans(), min_size=1, max_size=8),
+    _SPACE,
+    _SPACE,
+    st.sampled_from(["MATCH (n) WITH n", "MATCH (n:Disease {key: 'a'})", "OPTIONAL MATCH (n) WHERE n.x = 1 WITH n"]),
+)
+def test_hidden_writes_are_always_caught(write: str, flips: list[bool], pre: str, mid: str, prefix: str) -> None:
+    head, _, rest = write.partition(" ")
+    disguised = _vary_case(head, flips) + mid + rest
+    with pytest.raises(ReadOnlyViolationError):
+        check_read_only(prefix + pre + disguised + " RETURN n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(_WRITES + ["CALL dbms.x()", "; MATCH (m) RETURN m", "CALL { CREATE (q) }"]),
+    st.text(st.characters(blacklist_characters="'\\", blacklist_categories=("Cs",)), max_size=20),
+    st.sampled_from(["'", '"']),
+)
+def test_keywords_inside_string_literals_pass(write: str, noise: str, quote: str) -> None:
+    noise = noise.replace(quote, "")
+    check_read_only(f"MATCH (n) WHERE n.name = {quote}{noise}{write}{noise}{quote} RETURN n")
+
+
+# -- schema check ---------------------------------------------------------------
+
+
+def test_extract_refs_finds_labels_rels_and_props() -> None:
+    refs = extract_refs(
+        "MATCH (d:Disease {name: $n})-[r:HAS_PHENOTYPE|IS_A]->(p:Phenotype) "
+        "WHERE p.depth > 2 AND d:Disease RETURN d.key, r.weight, size([x IN [1] | x]) AS s, {a: p.name} AS m"
+    )
+    assert refs.labels == {"Disease", "Phenotype"}
+    assert refs.rel_types == {"HAS_PHENOTYPE", "IS_A"}
+    assert refs.properties == {("Disease", "name"), ("Phenotype", "depth"), ("Disease", "key"), ("Phenotype", "name")}
+
+
+def test_valid_query_passes_schema_check() -> None:
+    check_against_schema(
+        "MATCH (d:Disease)-[:HAS_PHENOTYPE]->(p:Phenotype) WHERE d.key IN $keys "
+        "WITH d, p UNWIND d.synonyms AS s RETURN d.name, p.name, s, count(*) AS c",
+        SCHEMA,
+    )
+    check_against_schema("MATCH (x:`Odd Label`)-[:`ODD REL`]->(d:Disease) RETURN x.name", SCHEMA)
+    check_against_schema("MATCH p = (a)-[*1..2]->(b) RETURN [x IN nodes(p) WHERE x:Gene | x.name]", SCHEMA)
+
+
+def test_unknown_names_are_listed_with_valid_choices() -> None:
+    with pytest.raises(CypherValidationError) as info:
+        check_against_schema("MATCH (d:Diseases)-[:HAS_PHENOTYPES]->(p:Phenotype) WHERE p.label = 'x' RETURN d", SCHEMA)
+    msg = str(info.value)
+    assert "'Diseases' (did you mean Disease?)" in msg
+    assert "'HAS_PHENOTYPES'" in msg and "HAS_PHENOTYPE" in msg
+    assert "'label'" in msg and "valid properties on Phenotype" in msg and "depth" in msg
+    assert "Gene" in msg  # the valid labels are listed
+
+
+def test_unlabelled_node_props_check_against_all_labels() -> None:
+    check_against_schema("MATCH (n {key: 'HP:1'}) RETURN n.score, n.depth", SCHEMA)
+    with pytest.raises(CypherValidationError, match="'colour'"):
+        check_against_schema("MATCH (n) RETURN n.colour", SCHEMA)
+
+
+def test_relationship_and_alias_properties_are_not_flagged() -> None:
+    check_against_schema("MATCH (a:Disease)-[r:ASSOCIATED_WITH]->(g) RETURN r.source, r.anything", SCHEMA)
+    check_against_schema("UNWIND $rows AS row WITH row.foo AS f RETURN f", SCHEMA)
+    check_against_schema("MATCH (n:Disease) WITH n AS m RETURN m.whatever", SCHEMA)
