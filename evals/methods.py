@@ -79,7 +79,7 @@ class SearchMethod:
 class HybridSageMethod:
     """Hybrid seeds followed by their query-time SAGE neighbours (``graphs.sage_expand.expand``)."""
 
-    OPTIONS = ("k", "label", "seed_k", "k_prime", "weight", "use_similarity_edges")
+    OPTIONS = ("k", "label", "seed_k", "k_prime", "weight", "use_similarity_edges", "same_label_only")
 
     def __init__(
         self,
@@ -92,6 +92,7 @@ class HybridSageMethod:
         k_prime: int = 10,
         weight: float = 0.5,
         use_similarity_edges: bool = True,
+        same_label_only: bool = True,
     ) -> None:
         if seed_k < 1 or k_prime < 0 or k < 1:
             raise ConfigError(f"method {name!r}: need k >= 1, seed_k >= 1 and k_prime >= 0")
@@ -103,10 +104,12 @@ class HybridSageMethod:
         self.k_prime = int(k_prime)
         self.weight = float(weight)
         self.use_similarity_edges = bool(use_similarity_edges)
+        self.same_label_only = bool(same_label_only)
         self.config: dict[str, Any] = {
             "method": name, "kind": "search+sage", "mode": "hybrid", "k": self.k, "label": label,
             "seed_k": self.seed_k, "k_prime": self.k_prime, "weight": self.weight,
-            "use_similarity_edges": self.use_similarity_edges, "order": "seeds, sage neighbours, rest of hybrid",
+            "use_similarity_edges": self.use_similarity_edges, "same_label_only": self.same_label_only,
+            "order": "seeds, sage neighbours, rest of hybrid",
         }
 
     def retrieve(self, question: str) -> Retrieval:
@@ -119,7 +122,8 @@ class HybridSageMethod:
         seeds = ranked_all[: self.seed_k]
         start = time.perf_counter()
         expanded = expand(self.bundle, question, seeds, k_prime=self.k_prime, weight=self.weight,
-                          use_similarity_edges=self.use_similarity_edges) if self.k_prime else []
+                          use_similarity_edges=self.use_similarity_edges,
+                          same_label_only=self.same_label_only) if self.k_prime else []
         sage_ms = _ms(start)
         ranked: list[tuple[str, float]] = []
         seen: set[str] = set()
