@@ -1,0 +1,65 @@
+"""`skb ask` through the real Typer app: table and JSON output, user errors as exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from tests.openai_stub import Stub, completion
+
+pytestmark = pytest.mark.integration
+
+runner = CliRunner()
+
+
+def test_missing_index_is_a_clean_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["ask", "anything", "--index-dir", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "no index at" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+
+
+def test_bad_option_is_a_clean_error(hpo_index_dir: Path) -> None:
+    result = runner.invoke(app, ["ask", "x", "--index-dir", str(hpo_index_dir), "--policy", "sometimes"])
+    assert result.exit_code == 2
+    assert "unknown --policy 'sometimes'" in result.stderr
+
+
+def _script(stub: Stub) -> None:
+    def finish(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        hits = json.loads([m for m in body["messages"] if m["role"] == "tool"][-1]["content"])["hits"]
+        return completion(calls=[("finish", json.dumps({"keys": [h["key"] for h in hits]}))])
+
+    stub.replies = [
+        completion(content='{"target_type": "Disease", "relation_paths": []}'),
+        completion(calls=[("semantic_search", json.dumps({"text": "Marfan syndrome", "label": "Disease", "k": 3}))]),
+        finish,
+    ]
+
+
+def test_ask_json_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) -> None:
+    _script(openai_stub)
+    args = ["ask", "Which disease is Marfan syndrome?", "--index-dir", str(hpo_index_dir), "--planner", "openai"]
+    result = runner.invoke(app, [*args, "--model", "stub-model", "--policy", "never", "--k", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["question"] == "Which disease is Marfan syndrome?"
+    assert data["context"][0]["key"] == "OMIM:154700"
+    assert len(data["context"]) == 2
+    assert data["llm_calls"] == 3 and data["target_type"] == "Disease"
+    assert openai_stub.requests[1]["body"]["model"] == "stub-model"
+
+
+def test_ask_table_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) -> None:
+    _script(openai_stub)
+    args = ["ask", "Which disease is Marfan syndrome?", "--index-dir", str(hpo_index_dir), "--planner", "openai"]
+    result = runner.invoke(app, [*args, "--policy", "never"], terminal_width=200)
+    assert result.exit_code == 0, result.stderr
+    assert "OMIM:154700" in result.stdout and "Marfan syndrome" in result.stdout
+    assert "semantic_search@1" in result.stdout
+    assert "[OMIM:154700]" in result.stdout  # the answer cites keys
