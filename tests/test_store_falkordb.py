@@ -295,3 +295,15 @@ def test_schema_matches_the_skb(store: FalkorDBStore) -> None:
     gene = next(i for i in schema.labels if i.label == "Gene")
     assert {p.name: p.type for p in gene.properties}["score"] == "FLOAT"
     assert store.schema() is schema  # cached
+
+
+def test_open_store_uses_the_index_falkordb_dir(tmp_path: Path) -> None:
+    from graphs.errors import ConfigError
+    from graphs.store import open_store
+
+    with open_store("falkordb", tmp_path) as st:
+        assert isinstance(st, FalkorDBStore)
+        assert st.data_dir == tmp_path / "falkordb"
+        assert (tmp_path / "falkordb" / STATE_FILE).exists()
+    with pytest.raises(ConfigError, match="falkordb"):
+        open_store("sqlite", tmp_path)  # type: ignore[arg-type]
