@@ -73,7 +73,7 @@ def build_index(
     from graphs.embedder import get_embedder
     from graphs.hnsw_index import HNSWIndex, HNSWParams
     from graphs.loaders.jsonl import write_jsonl
-    from graphs.manifest import Manifest, sha256_file
+    from graphs.manifest import Counts, EmbedderInfo, Manifest, sha256_file
 
     config = config or IndexConfig()
     report = progress or _noop
@@ -152,7 +152,6 @@ def build_index(
 
             with FalkorDBStore(tmp / "falkordb") as store:
                 store.load(skb, progress=lambda d, t: report("store", d, t))
-                store.stop_server()
         elif config.store == "neo4j":
             from graphs.store.neo4j_store import Neo4jStore
 
@@ -161,12 +160,11 @@ def build_index(
         timings["store"] = time.perf_counter() - t0
 
         stats = skb.stats()
-        manifest = Manifest.create(
+        manifest = Manifest(
             dataset=config.dataset,
-            embedder_model=embedder.model_name,
-            embedder_dim=embedder.dim,
-            hnsw_params=params.model_dump(),
-            counts={"nodes": stats["nodes"], "edges": stats["edges"], "similarity_edges": n_similar},
+            embedder=EmbedderInfo(model_name=embedder.model_name, dim=embedder.dim),
+            hnsw=params,
+            counts=Counts(nodes=stats["nodes"], edges={**stats["edges"], "IS_SIMILAR": n_similar}),
             files=files,
             extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store},
         )
@@ -203,13 +201,19 @@ def _swap_in(tmp: Path, index_dir: Path) -> None:
 
 
 def _stop_server_for(index_dir: Path) -> None:
-    """A FalkorDB server still serving the previous index would keep the old data in memory."""
-    data_dir = index_dir / "falkordb"
-    if not data_dir.exists():
+    """A FalkorDB server still serving the previous index would keep serving the old graph."""
+    import json
+
+    import redis
+
+    from graphs.store.falkordb_store import STATE_FILE
+
+    state_path = index_dir / "falkordb" / STATE_FILE
+    try:
+        port = int(json.loads(state_path.read_text(encoding="utf-8"))["port"])
+    except (OSError, ValueError, KeyError, TypeError):
         return
     try:
-        from graphs.store.falkordb_store import FalkorDBServer
-
-        FalkorDBServer.stop_running(data_dir)
-    except (ImportError, AttributeError):
+        redis.Redis(host="127.0.0.1", port=port, socket_timeout=10).shutdown(nosave=True)
+    except (redis.RedisError, OSError):
         return

@@ -8,6 +8,7 @@ rendered into prompts.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class NeighborText(BaseModel):
     title: str
     field: str = "name"
     max_items: int = Field(default=10, ge=1)
+    other_label: str | None = None
+    """Only neighbors with this label (a relation may point at several labels)."""
 
 
 class NodeType(BaseModel):
@@ -121,6 +124,11 @@ class GraphSchema(BaseModel):
         for rel in self.relations:
             lines.append(f"- (:{rel.src_label})-[:{rel.rel}]->(:{rel.dst_label}) [{rel.count}]")
         return "\n".join(lines)
+
+
+def _sentence(text: str) -> str:
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def _type_name(value: Any) -> str:
@@ -190,9 +198,16 @@ class SKB:
         if self._out is None or self._in is None:
             out: dict[str, list[int]] = defaultdict(list)
             inc: dict[str, list[int]] = defaultdict(list)
-            for i, edge in enumerate(self.edges):
-                out[edge.src].append(i)
-                inc[edge.dst].append(i)
+            # Hundreds of thousands of small lists: the cyclic GC would rescan them repeatedly.
+            was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                for i, edge in enumerate(self.edges):
+                    out[edge.src].append(i)
+                    inc[edge.dst].append(i)
+            finally:
+                if was_enabled:
+                    gc.enable()
             self._out, self._in = dict(out), dict(inc)
         return self._out, self._in
 
@@ -208,7 +223,7 @@ class SKB:
         """The text embedded and BM25-indexed for a node, from its type's template."""
         node = self.nodes[key]
         ntype = self.node_types.get(node.label) or NodeType(label=node.label)
-        parts = [f"{node.label}: {node.name}."]
+        parts = [_sentence(f"{node.label}: {node.name}")]
         for fname in ntype.text_fields:
             if fname == ntype.name_field:
                 continue
@@ -217,7 +232,7 @@ class SKB:
                 continue
             if isinstance(value, list):
                 value = "; ".join(str(v) for v in value)
-            parts.append(f"{fname}: {value}.")
+            parts.append(_sentence(f"{fname}: {value}"))
         for spec in ntype.neighbor_text:
             edges = self.out_edges(key) if spec.direction == "out" else self.in_edges(key)
             names: list[str] = []
@@ -225,13 +240,16 @@ class SKB:
                 if edge.rel != spec.rel:
                     continue
                 other = self.nodes.get(edge.dst if spec.direction == "out" else edge.src)
-                if other is None:
+                if other is None or (spec.other_label is not None and other.label != spec.other_label):
                     continue
-                names.append(str(other.props.get(spec.field, other.key)))
+                name = str(other.props.get(spec.field, other.key))
+                if name in names:
+                    continue
+                names.append(name)
                 if len(names) >= spec.max_items:
                     break
             if names:
-                parts.append(f"{spec.title}: {', '.join(names)}.")
+                parts.append(_sentence(f"{spec.title}: {', '.join(names)}"))
         return " ".join(parts)
 
     def schema(self, max_samples: int = 3) -> GraphSchema:

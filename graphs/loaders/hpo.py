@@ -87,9 +87,13 @@ _NODE_TYPES = [
         label="Gene",
         description="Human gene (HGNC symbol) associated with diseases and their phenotypes",
         text_fields=["name"],
-        # ASSOCIATED_WITH points at both Disease and Phenotype nodes and NeighborText cannot
-        # filter by target label; diseases come first in edge order, so the title is neutral.
-        neighbor_text=[NeighborText(rel="ASSOCIATED_WITH", direction="out", title="associated with", max_items=5)],
+        # ASSOCIATED_WITH points at both Disease and Phenotype nodes: filtered by label.
+        neighbor_text=[
+            NeighborText(rel="ASSOCIATED_WITH", direction="out", title="diseases", max_items=3, other_label="Disease"),
+            NeighborText(
+                rel="ASSOCIATED_WITH", direction="out", title="phenotypes", max_items=8, other_label="Phenotype"
+            ),
+        ],
     ),
 ]
 
