@@ -307,3 +307,17 @@ def test_open_store_uses_the_index_falkordb_dir(tmp_path: Path) -> None:
         assert (tmp_path / "falkordb" / STATE_FILE).exists()
     with pytest.raises(ConfigError, match="falkordb"):
         open_store("sqlite", tmp_path)  # type: ignore[arg-type]
+
+
+def test_attached_store_takes_over_when_the_owner_stops(tmp_path: Path) -> None:
+    owner = FalkorDBStore(tmp_path)
+    owner.load(tiny_skb())
+    follower = FalkorDBStore(tmp_path)  # a second "process": attaches to the owner's server
+    try:
+        assert follower.server.owned is False and follower.server.pid == owner.server.pid
+        owner.close()  # SHUTDOWN SAVE: the follower's server is gone
+        assert follower.count_nodes() == len(tiny_skb().nodes)  # restarted from dump.rdb, now owned
+        assert follower.server.owned is True
+    finally:
+        follower.close()
+        owner.close()

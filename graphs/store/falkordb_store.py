@@ -212,7 +212,9 @@ class FalkorDBServer:
             return False
         if self._proc is not None:
             return self._proc.poll() is None
-        return _pid_alive(self.pid) and self._ping(self.port)
+        # attached to another process's server: a PING per call would double the round trips;
+        # a live pid is enough here, a hung server surfaces as StoreUnavailableError on the query
+        return _pid_alive(self.pid)
 
     def client(self, socket_timeout: float | None = None) -> FalkorDB:
         if self.port is None:
@@ -689,10 +691,16 @@ class FalkorDBStore(GraphStore):
         if unknown:
             if len(self._key_labels) + len(unknown) > _KEY_LABEL_CACHE_MAX:
                 self._key_labels.clear()
-            for label in self.labels():
-                rows = self._read(f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key", {"keys": unknown})
-                for (key,) in rows:
-                    self._key_labels[str(key)] = label
+            labels = self.labels()
+            if labels:
+                # one round trip: a UNION ALL of index lookups, one branch per label
+                cypher = " UNION ALL ".join(
+                    f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key AS k, $l{i} AS l"
+                    for i, label in enumerate(labels)
+                )
+                params: dict[str, Any] = {"keys": unknown} | {f"l{i}": label for i, label in enumerate(labels)}
+                for key, label in self._read(cypher, params):
+                    self._key_labels[str(key)] = str(label)
         by_label: dict[str, list[str]] = {}
         for key in dict.fromkeys(keys):
             found = self._key_labels.get(key)
@@ -722,34 +730,43 @@ class FalkorDBStore(GraphStore):
         seen: set[int] = set()
         with self._lock:
             by_label = self._labels_of_keys([str(k) for k in keys])
-            for label in sorted(by_label):
-                for side in ("out", "in") if direction == "both" else (direction,):
-                    remaining = limit - len(triples)
-                    if remaining <= 0:
-                        return triples
-                    arrow = f"-[r{rel_pattern}]->" if side == "out" else f"<-[r{rel_pattern}]-"
-                    cypher = (
-                        f"MATCH (n:{quote_name(label)}){arrow}(m{target}) WHERE n.key IN $keys "
-                        "RETURN n.key, labels(n)[0], type(r), m.key, labels(m)[0], properties(r), id(r) "
-                        "LIMIT $limit"
+            branches: list[str] = []
+            params: dict[str, Any] = {"limit": limit}
+            for i, label in enumerate(sorted(by_label)):
+                params[f"k{i}"] = by_label[label]
+                params[f"l{i}"] = label
+                n = f"(n:{quote_name(label)})"
+                if direction in ("out", "both"):
+                    branches.append(
+                        f"MATCH {n}-[r{rel_pattern}]->(m{target}) WHERE n.key IN $k{i} "
+                        f"RETURN n.key AS s, $l{i} AS sl, type(r) AS t, m.key AS d, labels(m)[0] AS dl, "
+                        "properties(r) AS p, id(r) AS i LIMIT $limit"
                     )
-                    for nk, nl, rel, mk, ml, props, rid in self._read(
-                        cypher, {"keys": by_label[label], "limit": remaining}
-                    ):
-                        if int(rid) in seen:
-                            continue  # a self-loop seen from both sides
-                        seen.add(int(rid))
-                        src, src_label, dst, dst_label = (nk, nl, mk, ml) if side == "out" else (mk, ml, nk, nl)
-                        triples.append(
-                            Triple(
-                                src=str(src),
-                                src_label=str(src_label),
-                                rel=str(rel),
-                                dst=str(dst),
-                                dst_label=str(dst_label),
-                                props=_to_plain(dict(props or {})),
-                            )
-                        )
+                if direction in ("in", "both"):
+                    branches.append(
+                        f"MATCH {n}<-[r{rel_pattern}]-(m{target}) WHERE n.key IN $k{i} "
+                        f"RETURN m.key AS s, labels(m)[0] AS sl, type(r) AS t, n.key AS d, $l{i} AS dl, "
+                        "properties(r) AS p, id(r) AS i LIMIT $limit"
+                    )
+            if not branches:
+                return []
+            # one round trip for every (label, direction); bind r so parallel edges stay distinct
+            for src, src_label, rel, dst, dst_label, props, rid in self._read(" UNION ALL ".join(branches), params):
+                if int(rid) in seen:
+                    continue  # an edge between two requested keys, or a self-loop, seen from both ends
+                seen.add(int(rid))
+                triples.append(
+                    Triple(
+                        src=str(src),
+                        src_label=str(src_label),
+                        rel=str(rel),
+                        dst=str(dst),
+                        dst_label=str(dst_label),
+                        props=_to_plain(dict(props or {})),
+                    )
+                )
+                if len(triples) >= limit:
+                    break
         return triples[:limit]
 
     def _check_names(self, rel_types: Sequence[str] | None, target_label: str | None) -> None:
