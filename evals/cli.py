@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from evals.bench import AnswerCoverage, Bench, check_answers, load_bench
@@ -68,7 +69,7 @@ def known_keys(bundle: Any) -> Any:
 
 
 def _fail(exc: SKBError) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -195,6 +196,10 @@ def run_eval(
             summary = run_method(retriever, bench.questions, out, workers=workers, known=keys, progress=progress)
             console.print(f"{name}: ran {summary.ran}, skipped {summary.skipped} finished, errors {summary.errors} "
                           f"-> {summary.results_path}")
+            if summary.errors:
+                console.print(f"[yellow]warning:[/] {name}: {summary.errors} questions failed and score as misses "
+                              f"(rerun the same command to retry them); first: {escape(summary.first_error or '')}",
+                              soft_wrap=True, markup=True, highlight=False)
     finally:
         close = getattr(bundle, "close", None)
         if callable(close):

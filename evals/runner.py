@@ -71,6 +71,7 @@ class RunSummary(BaseModel):
     skipped: int
     ran: int
     errors: int
+    first_error: str | None = None
 
 
 def method_dir_name(method: str) -> str:
@@ -204,15 +205,18 @@ def run_method(
     pending = [q for q in questions if q.id not in finished]
     lock = threading.Lock()
     errors = 0
+    first_error: str | None = None
 
     with path.open("a", encoding="utf-8") as handle, \
             _progress(progress, retriever.name, len(questions), len(questions) - len(pending)) as advance:
 
         def record(result: QuestionResult) -> None:
-            nonlocal errors
+            nonlocal errors, first_error
             with lock:
                 _write_line(handle, result)
-                errors += result.error is not None
+                if result.error is not None:
+                    errors += 1
+                    first_error = first_error or f"{result.id}: {result.error}"
                 advance()
 
         if workers == 1:
@@ -223,7 +227,8 @@ def run_method(
         handle.flush()
         os.fsync(handle.fileno())
     return RunSummary(method=retriever.name, results_path=str(path), total=len(questions),
-                      skipped=len(questions) - len(pending), ran=len(pending), errors=errors)
+                      skipped=len(questions) - len(pending), ran=len(pending), errors=errors,
+                      first_error=first_error)
 
 
 def _write_line(handle: TextIO, result: QuestionResult) -> None:
