@@ -1,0 +1,304 @@
+"""Approximate nearest-neighbour search over node embeddings (hnswlib, cosine).
+
+Why one index per label as well as a global one: filtering a global HNSW graph to
+a rare label (hnswlib's ``filter=``) walks most of the graph and loses recall when
+the label is a small fraction of the nodes; a per-label graph answers "diseases
+like this" as well as a global one answers "anything like this". Every index uses
+the same integer ids (positions in ``keys``), so one id table serves them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+
+from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.manifest import (
+    HNSWParams,
+    atomic_write_json,
+    fsync_dir,
+    fsync_file,
+    sha256_file,
+    temp_path_for,
+    verify_checksums,
+)
+
+__all__ = ["HNSWIndex", "HNSWParams"]
+
+IDS_FILE = "ids.json"
+GLOBAL_FILE = "global.bin"
+_FORMAT = 1
+_SAFE_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: Below this many vectors an exact scan is cheaper and exact; hnswlib can also fail to
+#: return k results from tiny graphs.
+_EXACT_BELOW = 64
+
+
+def _label_file(label: str) -> str:
+    if _SAFE_LABEL.match(label) and label != "global" and label != "ids":
+        return f"{label}.bin"
+    digest = hashlib.sha256(label.encode("utf-8")).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", label)[:40]
+    return f"label-{safe}-{digest}.bin"
+
+
+def _num_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class HNSWIndex:
+    """Global + per-label cosine HNSW indexes sharing one id table."""
+
+    def __init__(
+        self,
+        keys: list[str],
+        labels: list[str],
+        dim: int,
+        params: HNSWParams,
+        global_index: hnswlib.Index,
+        label_indexes: dict[str, hnswlib.Index],
+    ) -> None:
+        self.keys = keys
+        self.labels = labels
+        self.dim = dim
+        self.params = params
+        self._global = global_index
+        self._by_label = label_indexes
+        self._pos = {key: i for i, key in enumerate(keys)}
+        self._label_ids: dict[str, np.ndarray] = {}
+        for label in label_indexes:
+            self._label_ids[label] = np.fromiter((i for i, lab in enumerate(labels) if lab == label), dtype=np.int64)
+        self.set_ef(params.ef)
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        keys: list[str],
+        labels: list[str],
+        vectors: np.ndarray,
+        params: HNSWParams | None = None,
+        *,
+        num_threads: int | None = None,
+        seed: int = 100,
+    ) -> HNSWIndex:
+        params = params or HNSWParams()
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2:
+            raise ConfigError(f"HNSW build needs a 2-D array of vectors, got shape {vectors.shape}")
+        n, dim = vectors.shape
+        if len(keys) != n or len(labels) != n:
+            raise ConfigError(
+                f"HNSW build got {len(keys)} keys, {len(labels)} labels and {n} vectors -- they must be aligned"
+            )
+        if n == 0:
+            raise ConfigError("HNSW build got no vectors -- the SKB has no nodes to index")
+        if len(set(keys)) != n:
+            raise ConfigError("HNSW build got duplicate keys -- node keys must be unique")
+        if not np.isfinite(vectors).all():
+            raise ConfigError("HNSW build got NaN or infinite vector components -- check the embedder output")
+        threads = num_threads or _num_threads()
+        ids = np.arange(n, dtype=np.int64)
+        global_index = cls._new_index(dim, n, params, seed)
+        global_index.add_items(vectors, ids, num_threads=threads)
+        by_label: dict[str, hnswlib.Index] = {}
+        label_arr = np.asarray(labels, dtype=object)
+        for label in sorted(set(labels)):
+            sel = ids[label_arr == label]
+            index = cls._new_index(dim, len(sel), params, seed)
+            index.add_items(vectors[sel], sel, num_threads=threads)
+            by_label[label] = index
+        return cls(list(keys), list(labels), dim, params, global_index, by_label)
+
+    @staticmethod
+    def _new_index(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Index:
+        index = hnswlib.Index(space="cosine", dim=dim)
+        index.init_index(
+            max_elements=max(size, 1), ef_construction=params.ef_construction, M=params.M, random_seed=seed
+        )
+        return index
+
+    # -- queries --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def label_names(self) -> list[str]:
+        return sorted(self._by_label)
+
+    def set_ef(self, ef: int) -> None:
+        """Raise for recall, lower for speed; takes effect on the next query."""
+        if ef < 1:
+            raise ConfigError(f"HNSW ef must be >= 1, got {ef}")
+        self.params = self.params.model_copy(update={"ef": ef})
+        self._global.set_ef(ef)
+        for index in self._by_label.values():
+            index.set_ef(ef)
+
+    def _index_for(self, label: str | None) -> tuple[hnswlib.Index | None, int]:
+        if label is None:
+            return self._global, len(self.keys)
+        index = self._by_label.get(label)
+        if index is None:
+            return None, 0
+        return index, len(self._label_ids[label])
+
+    def _check_query(self, vectors: np.ndarray) -> np.ndarray:
+        arr = np.asarray(vectors, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != self.dim:
+            raise ConfigError(
+                f"query vector has shape {tuple(np.shape(vectors))} but this index holds {self.dim}-dimensional "
+                "vectors -- embed the query with the model the index was built with"
+            )
+        return np.ascontiguousarray(arr)
+
+    def search(self, vector: np.ndarray, k: int, label: str | None = None) -> list[tuple[str, float]]:
+        """Top-k (key, cosine similarity) pairs, best first; an unknown label yields []."""
+        return self.search_batch(self._check_query(vector), k, label)[0]
+
+    def search_batch(self, vectors: np.ndarray, k: int, label: str | None = None) -> list[list[tuple[str, float]]]:
+        queries = self._check_query(vectors)
+        index, size = self._index_for(label)
+        k = min(int(k), size)
+        if index is None or k <= 0:
+            return [[] for _ in range(len(queries))]
+        if size < _EXACT_BELOW:
+            return self._exact(queries, k, label)
+        # hnswlib searches with max(ef, k), so ef is never mutated per query (safe across threads).
+        try:
+            ids, dists = index.knn_query(queries, k=k, num_threads=1 if len(queries) == 1 else _num_threads())
+        except RuntimeError:
+            # hnswlib refuses when the graph cannot produce k results (tiny/odd graphs); exact is always right.
+            return self._exact(queries, k, label)
+        out: list[list[tuple[str, float]]] = []
+        for row_ids, row_d in zip(ids, dists, strict=True):
+            out.append([(self.keys[int(i)], float(1.0 - d)) for i, d in zip(row_ids, row_d, strict=True)])
+        return out
+
+    def _exact(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
+        ids = self._label_ids[label] if label is not None else np.arange(len(self.keys), dtype=np.int64)
+        index, _ = self._index_for(label)
+        assert index is not None
+        mat = np.asarray(index.get_items(ids, return_type="numpy"), dtype=np.float32)
+        q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+        sims = q @ mat.T
+        out: list[list[tuple[str, float]]] = []
+        for row in sims:
+            top = np.argsort(-row, kind="stable")[:k]
+            out.append([(self.keys[int(ids[j])], float(row[j])) for j in top])
+        return out
+
+    def knn_by_key(self, key: str, k: int, label: str | None = None) -> list[tuple[str, float]]:
+        """Neighbours of a stored node, excluding the node itself."""
+        hits = self.search(self.vector(key), k + 1, label)
+        return [(other, sim) for other, sim in hits if other != key][:k]
+
+    def vector(self, key: str) -> np.ndarray:
+        """The stored (unit-length) vector of a node."""
+        pos = self._pos.get(key)
+        if pos is None:
+            raise KeyError(f"node {key!r} is not in the HNSW index")
+        return np.asarray(self._global.get_items([pos], return_type="numpy"), dtype=np.float32)[0]
+
+    def vectors(self, keys: Sequence[str]) -> np.ndarray:
+        positions = []
+        for key in keys:
+            pos = self._pos.get(key)
+            if pos is None:
+                raise KeyError(f"node {key!r} is not in the HNSW index")
+            positions.append(pos)
+        if not positions:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.asarray(self._global.get_items(positions, return_type="numpy"), dtype=np.float32)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pos
+
+    # -- persistence ----------------------------------------------------------------
+    def save(self, dir: Path) -> dict[str, str]:
+        """Write every index file atomically; returns {path relative to ``dir``: sha256}."""
+        dir = Path(dir)
+        dir.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str] = {}
+        label_files = {label: _label_file(label) for label in self._by_label}
+        for name, index in [(GLOBAL_FILE, self._global)] + [
+            (label_files[label], idx) for label, idx in sorted(self._by_label.items())
+        ]:
+            target = dir / name
+            tmp = temp_path_for(target)
+            try:
+                index.save_index(str(tmp))
+                fsync_file(tmp)
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            files[name] = sha256_file(target)
+        meta = {
+            "format": _FORMAT,
+            "space": "cosine",
+            "dim": self.dim,
+            "params": self.params.model_dump(),
+            "global": GLOBAL_FILE,
+            "label_files": label_files,
+            "keys": self.keys,
+            "labels": self.labels,
+        }
+        atomic_write_json(dir / IDS_FILE, meta, indent=None)
+        files[IDS_FILE] = sha256_file(dir / IDS_FILE)
+        fsync_dir(dir)
+        return files
+
+    @classmethod
+    def load(cls, dir: Path, *, ef: int | None = None, checksums: dict[str, str] | None = None) -> HNSWIndex:
+        """Open a saved index; pass ``checksums`` (from the manifest) to verify files first."""
+        dir = Path(dir)
+        meta_path = dir / IDS_FILE
+        if not meta_path.is_file():
+            raise IndexNotFoundError(f"no HNSW index in {dir} ({IDS_FILE} missing) -- build one with `skb index`")
+        if checksums is not None:
+            verify_checksums(dir, checksums, what="HNSW index")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            dim = int(meta["dim"])
+            params = HNSWParams.model_validate(meta["params"])
+            keys = [str(k) for k in meta["keys"]]
+            labels = [str(lab) for lab in meta["labels"]]
+            label_files = {str(k): str(v) for k, v in meta["label_files"].items()}
+            global_name = str(meta["global"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IndexCorruptError(f"{meta_path} cannot be parsed ({exc}) -- rebuild it with `skb index`") from exc
+        if len(keys) != len(labels):
+            raise IndexCorruptError(f"{meta_path} has {len(keys)} keys but {len(labels)} labels -- rebuild it")
+        counts: dict[str, int] = {}
+        for lab in labels:
+            counts[lab] = counts.get(lab, 0) + 1
+        global_index = cls._open(dir / global_name, dim, len(keys))
+        by_label = {label: cls._open(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
+        if ef is not None:
+            params = params.model_copy(update={"ef": ef})
+        return cls(keys, labels, dim, params, global_index, by_label)
+
+    @staticmethod
+    def _open(path: Path, dim: int, expected: int) -> hnswlib.Index:
+        if not path.is_file():
+            raise IndexCorruptError(f"HNSW file {path} is missing -- rebuild the index with `skb index`")
+        index = hnswlib.Index(space="cosine", dim=dim)
+        try:
+            index.load_index(str(path), max_elements=0)
+        except RuntimeError as exc:
+            raise IndexCorruptError(f"HNSW file {path} cannot be read ({exc}) -- rebuild with `skb index`") from exc
+        if index.get_current_count() != expected:
+            raise IndexCorruptError(
+                f"HNSW file {path} holds {index.get_current_count()} vectors but the id table says {expected} "
+                "-- rebuild with `skb index`"
+            )
+        return index

@@ -1,0 +1,286 @@
+"""The index manifest and the atomic-write helpers every index writer shares.
+
+Why a manifest: an index directory is a bundle of files written by different
+libraries (hnswlib, bm25s, our jsonl writer). Loading one that was built by a
+different embedding model, a different on-disk format, or that was damaged
+half-way through a copy would give silently wrong answers. The manifest records
+what built the index and the sha256 of every file so ``verify`` can refuse such
+an index with a message that says which file or setting is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from graphs.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+REBUILD_HINT = "rebuild it with `skb index`"
+
+#: Distributions whose versions are recorded; a mismatch is informative, not fatal.
+KEY_PACKAGES = ("hnswlib", "bm25s", "torch", "sentence-transformers", "falkordb", "numpy")
+
+_CHUNK = 1 << 20
+
+
+# -- atomic writes ---------------------------------------------------------------
+def fsync_dir(path: Path) -> None:
+    """Persist a directory entry (a rename) on POSIX; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file some library wrote (hnswlib, bm25s) before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` so that readers see either the old file or the complete new one, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any, *, indent: int | None = 2) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def temp_path_for(path: Path) -> Path:
+    """A unique sibling name for libraries that insist on writing to a path themselves (hnswlib)."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp_name)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checksum_tree(root: Path, *, exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every regular file under ``root``, keyed by POSIX path relative to ``root``."""
+    root = Path(root)
+    out: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        if any(rel == ex or rel.startswith(ex.rstrip("/") + "/") for ex in exclude):
+            continue
+        out[rel] = sha256_file(path)
+    return out
+
+
+def verify_checksums(root: Path, files: dict[str, str], *, what: str = "index") -> None:
+    """Raise IndexCorruptError naming the first file that is missing or whose sha256 differs."""
+    root = Path(root)
+    for rel, expected in sorted(files.items()):
+        target = _safe_join(root, rel)
+        if not target.is_file():
+            raise IndexCorruptError(f"{what} file {rel!r} is missing from {root} -- {REBUILD_HINT}")
+        actual = sha256_file(target)
+        if actual != expected:
+            raise IndexCorruptError(
+                f"{what} file {rel!r} in {root} fails its checksum (expected sha256 {expected[:12]}..., "
+                f"found {actual[:12]}...); the file was modified or damaged -- {REBUILD_HINT}"
+            )
+
+
+def _safe_join(root: Path, rel: str) -> Path:
+    """Refuse manifest entries that would escape the index directory."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise IndexCorruptError(f"manifest lists an invalid file path {rel!r} in {root} -- {REBUILD_HINT}")
+    return root.joinpath(*pure.parts)
+
+
+# -- the manifest ------------------------------------------------------------------
+def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _skb_agent_version() -> str:
+    try:
+        return metadata.version("skb-agent")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class EmbedderInfo(BaseModel):
+    model_name: str
+    dim: int = Field(gt=0)
+
+
+class HNSWParams(BaseModel):
+    """HNSW graph parameters (re-exported by ``graphs.hnsw_index``).
+
+    Defined here so the manifest can record them without importing hnswlib, and
+    ``hnsw_index`` can use the atomic-write helpers without an import cycle.
+    """
+
+    M: int = Field(default=32, ge=2, le=256)
+    ef_construction: int = Field(default=200, ge=8)
+    ef: int = Field(default=128, ge=1)
+
+
+class Counts(BaseModel):
+    nodes: dict[str, int] = Field(default_factory=dict)
+    edges: dict[str, int] = Field(default_factory=dict)
+
+
+class Manifest(BaseModel):
+    """What built an index and the checksum of every file in it."""
+
+    format_version: int = FORMAT_VERSION
+    created_at: str = Field(default_factory=_now)
+    skb_agent_version: str = Field(default_factory=_skb_agent_version)
+    python_version: str = Field(default_factory=platform.python_version)
+    packages: dict[str, str | None] = Field(default_factory=package_versions)
+    dataset: str
+    embedder: EmbedderInfo
+    hnsw: HNSWParams = Field(default_factory=HNSWParams)
+    counts: Counts = Field(default_factory=Counts)
+    files: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def embedder_model(self) -> str:
+        return self.embedder.model_name
+
+    @property
+    def embedder_dim(self) -> int:
+        return self.embedder.dim
+
+    # -- io ------------------------------------------------------------------
+    def write(self, index_dir: Path) -> Path:
+        path = Path(index_dir) / MANIFEST_NAME
+        atomic_write_text(path, self.model_dump_json(indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, index_dir: Path) -> Manifest:
+        index_dir = Path(index_dir)
+        path = index_dir / MANIFEST_NAME
+        if not path.is_file():
+            where = "does not exist" if not index_dir.exists() else f"has no {MANIFEST_NAME}"
+            raise IndexNotFoundError(
+                f"no index at {index_dir} (the directory {where}) -- build one with `skb index` "
+                f"(e.g. `skb index --dataset hpo --out {index_dir}`)"
+            )
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexCorruptError(f"{path} cannot be parsed ({exc}) -- {REBUILD_HINT}") from exc
+        if not isinstance(raw, dict):
+            raise IndexCorruptError(f"{path} is not a JSON object -- {REBUILD_HINT}")
+        # Check the version before the schema: a future format may not validate against this one.
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise IndexMismatchError(_version_message(index_dir, version))
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise IndexCorruptError(f"{path} is invalid at {loc!r}: {first['msg']} -- {REBUILD_HINT}") from exc
+
+    # -- checks ----------------------------------------------------------------
+    def verify(
+        self,
+        index_dir: Path,
+        *,
+        expected_model: str | None = None,
+        expected_dim: int | None = None,
+        check_files: bool = True,
+    ) -> None:
+        """Refuse an index this code cannot serve correctly; cheap checks first, checksums last."""
+        index_dir = Path(index_dir)
+        if self.format_version != FORMAT_VERSION:
+            raise IndexMismatchError(_version_message(index_dir, self.format_version))
+        if expected_model is not None and expected_model != self.embedder.model_name:
+            raise IndexMismatchError(
+                f"index at {index_dir} was built with embedding model {self.embedder.model_name!r} but "
+                f"{expected_model!r} is configured -- use the same model, or {REBUILD_HINT} --embedder ..."
+            )
+        if expected_dim is not None and expected_dim != self.embedder.dim:
+            raise IndexMismatchError(
+                f"index at {index_dir} holds {self.embedder.dim}-dimensional vectors but the configured "
+                f"embedder produces {expected_dim} -- {REBUILD_HINT}"
+            )
+        if check_files:
+            verify_checksums(index_dir, self.files)
+
+
+def _version_message(index_dir: Path, found: object) -> str:
+    return (
+        f"index at {index_dir} has format version {found!r} but this skb-agent reads version "
+        f"{FORMAT_VERSION} -- {REBUILD_HINT}"
+    )
+
+
+def read_verified(
+    index_dir: Path,
+    *,
+    expected_model: str | None = None,
+    expected_dim: int | None = None,
+    check_files: bool = True,
+) -> Manifest:
+    """Read and verify in one call: what a loader does before trusting any file in ``index_dir``."""
+    manifest = Manifest.read(index_dir)
+    manifest.verify(index_dir, expected_model=expected_model, expected_dim=expected_dim, check_files=check_files)
+    return manifest
