@@ -1,0 +1,462 @@
+"""Entity linking: which nodes of the graph does a question mention?
+
+Why three stages: exact lexicon matches (names and synonyms) are precise and cost
+microseconds, so they go first and claim their tokens; what is left is split into
+segments at commas, semicolons and conjunctions, and each segment is matched fuzzily
+(token overlap + character similarity, for inflections and typos) and, failing that,
+by embedding nearest neighbours (for paraphrases the lexicon lacks, e.g. "fits" for
+seizures). Question-frame words ("which gene", "patient", "disorder") are never
+linked: they are derived from the schema's label names plus a small generic
+vocabulary, so the same linker works on products, papers or drugs.
+
+The lexicon is built once per SKB (a few seconds on HPO) and cached.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+import unicodedata
+import weakref
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+from graphs.model import SKB
+
+if TYPE_CHECKING:
+    from graphs.bundle import IndexBundle
+
+LinkMethod = Literal["exact", "fuzzy", "embedding"]
+
+
+class LinkedEntity(BaseModel):
+    key: str
+    label: str
+    name: str
+    mention: str
+    score: float
+    method: LinkMethod
+
+
+# -- normalisation ---------------------------------------------------------------------
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_ACRONYM = re.compile(r"^[A-Z0-9][A-Z0-9-]{0,9}$")
+
+#: Words that frame a question rather than name an entity (any domain). Label names of the
+#: schema and their plurals are added per SKB.
+FRAME_WORDS = frozenset(
+    """
+    a an the of in on at by for to from with without and or nor but not no is are was were be been being
+    has have had having do does did can could would should may might must will shall which what who whom
+    whose where when why how that this these those there their its his her our your my me we you they he
+    she it i am most more less least likely likeliest probable probably possible possibly best one ones any
+    some all each every other such same also only very well just about into onto than then as so if
+    find identify name list show give tell suggest explain explains explained cause causes caused causing
+    underlie underlies underlying responsible implicated involved associated association linked related
+    characterized characterised characterizing characterised featuring features feature featured include
+    includes including included present presents presenting presented presentation exhibit exhibits
+    exhibiting manifest manifests manifesting displays display showing shows shown having suffer suffers
+    suffering affected affecting affects known look looking seen see observe observed note noted report
+    reported describe described diagnosis diagnose diagnosed diagnostic differential candidate candidates
+    patient patients person individual individuals child children boy girl man woman adult infant
+    newborn baby family families proband case cases kid subject subjects people clinical clinically
+    finding findings sign signs symptom symptoms phenotype phenotypes trait traits abnormality
+    condition conditions disease diseases disorder disorders syndrome syndromes illness entity rare
+    gene genes variant variants mutation mutations mutated allele alleles genetic genetics culprit
+    drug drugs medication medications medicine medicines treatment treatments product products item items
+    paper papers article articles publication publications
+    following combination together plus along alongside both either
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+
+#: Conjunctions and separators that split a leftover span into independent mentions.
+_SPLIT_WORDS = frozenset({"and", "or", "with", "plus", "as", "well", "also", "including", "but", "without"})
+
+
+def _fold(text: str) -> str:
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    return text.lower().replace("'s ", " ").replace("\u2019s ", " ")
+
+
+def stem(token: str) -> str:
+    """A light plural/inflection stem, applied identically to the lexicon and the question."""
+    if len(token) <= 3 or token.isdigit():
+        return token
+    if token.endswith("ies") and len(token) > 4:
+        return token[:-3] + "y"
+    if token.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return token[:-2]
+    if token.endswith("s") and not token.endswith(("ss", "us", "is", "ys")):
+        return token[:-1]
+    return token
+
+
+def normalise(text: str) -> list[str]:
+    """Lower-case, strip accents and punctuation, split on non-alphanumerics, stem."""
+    return [stem(t) for t in _TOKEN.findall(_fold(text + " "))]
+
+
+@dataclass(frozen=True)
+class _Token:
+    norm: str
+    raw: str
+    start: int
+    end: int
+    boundary_before: bool  # a comma/semicolon/sentence break precedes this token
+
+
+def _tokenise(question: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    last_end = 0
+    for m in re.finditer(r"[A-Za-z0-9\u00C0-\u024F]+(?:'s)?", question):
+        raw = m.group(0)
+        raw = raw.removesuffix("'s")
+        gap = question[last_end : m.start()]
+        boundary = bool(re.search(r"[,;?!]|\.\s", gap)) or not tokens
+        for norm in normalise(raw) or [""]:
+            if norm:
+                tokens.append(_Token(norm, raw, m.start(), m.start() + len(raw), boundary))
+                boundary = False
+        last_end = m.end()
+    return tokens
+
+
+# -- lexicon ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    key: str
+    primary: bool
+    case_sensitive: str | None  # original surface form when the name is a code/acronym
+
+
+@dataclass
+class Lexicon:
+    """Normalised name/synonym token tuples -> nodes, plus an inverted index for fuzzy lookups."""
+
+    table: dict[tuple[str, ...], list[_Entry]]
+    max_len: int
+    by_token: dict[str, list[tuple[str, ...]]]
+    token_df: dict[str, int]
+    vocab_by_prefix: dict[str, list[str]]
+    frame: frozenset[str]
+
+
+def _label_words(label: str) -> set[str]:
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", label)
+    out = set()
+    for w in words + [label]:
+        w = w.lower()
+        out.add(w)
+        out.add(stem(w))
+        out.add(w + "s")
+    return out
+
+
+def build_lexicon(skb: SKB) -> Lexicon:
+    table: dict[tuple[str, ...], list[_Entry]] = defaultdict(list)
+    frame = set(FRAME_WORDS)
+    for label in skb.node_types:
+        frame |= _label_words(label)
+    frame = {stem(w) for w in frame} | frame
+    for node in skb.nodes.values():
+        ntype = skb.node_types.get(node.label)
+        names: list[tuple[str, bool]] = [(node.name, True)]
+        syn_field = ntype.synonym_field if ntype is not None else None
+        if syn_field:
+            syn = node.props.get(syn_field) or []
+            names.extend((str(s), False) for s in (syn if isinstance(syn, list) else [syn]))
+        seen: set[tuple[str, ...]] = set()
+        for name, primary in names:
+            toks = tuple(normalise(name))
+            if not toks or toks in seen:
+                continue
+            if all(t in frame for t in toks):
+                continue  # a node named "Disease" must not swallow the question frame
+            seen.add(toks)
+            cs = name.strip() if _ACRONYM.match(name.strip()) and any(c.isalpha() for c in name) else None
+            table[toks].append(_Entry(node.key, primary, cs))
+    by_token: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    for toks in table:
+        for t in set(toks):
+            by_token[t].append(toks)
+    token_df = {t: len(v) for t, v in by_token.items()}
+    vocab_by_prefix: dict[str, list[str]] = defaultdict(list)
+    for t in by_token:
+        if len(t) >= 4 and not t.isdigit():
+            vocab_by_prefix[t[:2]].append(t)
+    return Lexicon(
+        table=dict(table),
+        max_len=min(16, max((len(k) for k in table), default=1)),
+        by_token=dict(by_token),
+        token_df=token_df,
+        vocab_by_prefix=dict(vocab_by_prefix),
+        frame=frozenset(frame),
+    )
+
+
+_LEXICONS: weakref.WeakKeyDictionary[SKB, Lexicon] = weakref.WeakKeyDictionary()
+_LEX_LOCK = threading.Lock()
+
+
+def lexicon_for(skb: SKB) -> Lexicon:
+    with _LEX_LOCK:
+        lex = _LEXICONS.get(skb)
+        if lex is None:
+            lex = _LEXICONS[skb] = build_lexicon(skb)
+        return lex
+
+
+# -- linker ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Span:
+    start: int  # token index, inclusive
+    end: int  # token index, exclusive
+
+
+class EntityLinker:
+    """Links a question to graph nodes: exact, then fuzzy, then embedding fallback.
+
+    ``fuzzy_threshold`` is a SequenceMatcher ratio on normalised strings; ``embedding_threshold``
+    a cosine similarity between the segment and the node text (MiniLM: unrelated text scores
+    below ~0.45, paraphrases of a node's name or synonym above ~0.6).
+    """
+
+    def __init__(
+        self,
+        bundle: IndexBundle | Any,
+        *,
+        fuzzy_threshold: float = 0.88,
+        embedding_threshold: float = 0.6,
+        embedding_candidates: int = 10,
+        max_synonym_keys: int = 3,
+        use_embedding: bool = True,
+    ) -> None:
+        self.bundle = bundle
+        self.skb: SKB = bundle.skb
+        self.lexicon = lexicon_for(self.skb)
+        self.fuzzy_threshold = fuzzy_threshold
+        self.embedding_threshold = embedding_threshold
+        self.max_synonym_keys = max_synonym_keys
+        self.use_embedding = use_embedding and getattr(bundle, "hnsw", None) is not None
+        self.embedding_candidates = embedding_candidates
+        self._phrase_vecs: dict[str, np.ndarray] = {}
+
+    # -- public ------------------------------------------------------------------------
+    def link(self, question: str, max_entities: int = 20, *, exclude_labels: Sequence[str] = ()) -> list[LinkedEntity]:
+        """Entities mentioned in the question, in order of mention; ``exclude_labels`` only
+        restricts the fuzzy/embedding fallbacks (exact mentions of any label are kept)."""
+        tokens = _tokenise(question)
+        out: list[LinkedEntity] = []
+        claimed = [False] * len(tokens)
+        exact_in_segment: set[int] = set()
+        seg_of = self._segments_ids(tokens)
+        for span, entries in self._exact(tokens):
+            mention = question[tokens[span.start].start : tokens[span.end - 1].end]
+            for entry in entries:
+                out.append(self._entity(entry.key, mention, 1.0, "exact"))
+            for i in range(span.start, span.end):
+                claimed[i] = True
+            exact_in_segment.add(seg_of[span.start])
+        for span in self._leftovers(tokens, claimed):
+            content = [t for t in tokens[span.start : span.end] if t.norm not in self.lexicon.frame]
+            if not content:
+                continue
+            if seg_of[span.start] in exact_in_segment and len(content) < 2:
+                continue  # a lone modifier ("few", "severe") next to a linked term
+            mention = question[tokens[span.start].start : tokens[span.end - 1].end]
+            found = self._fuzzy(tuple(t.norm for t in tokens[span.start : span.end]), exclude_labels)
+            if found:
+                out.extend(self._entity(k, mention, s, "fuzzy") for k, s in found)
+                continue
+            if self.use_embedding:
+                out.extend(self._entity(k, mention, s, "embedding") for k, s in self._embed(mention, exclude_labels))
+        seen: set[str] = set()
+        unique: list[LinkedEntity] = []
+        for ent in out:
+            if ent.key not in seen:
+                seen.add(ent.key)
+                unique.append(ent)
+        return unique[:max_entities]
+
+    # -- stages ------------------------------------------------------------------------
+    def _entity(self, key: str, mention: str, score: float, method: LinkMethod) -> LinkedEntity:
+        node = self.skb.nodes[key]
+        return LinkedEntity(key=key, label=node.label, name=node.name, mention=mention, score=score, method=method)
+
+    def _choose(self, entries: list[_Entry], surface: str) -> list[_Entry]:
+        usable = [e for e in entries if e.case_sensitive is None or e.case_sensitive == surface]
+        primary = [e for e in usable if e.primary]
+        if primary:
+            return primary
+        return usable[: self.max_synonym_keys]
+
+    def _exact(self, tokens: list[_Token]) -> list[tuple[_Span, list[_Entry]]]:
+        """Greedy longest match, left to right, never across a comma/semicolon boundary."""
+        table, frame = self.lexicon.table, self.lexicon.frame
+        found: list[tuple[_Span, list[_Entry]]] = []
+        i, n = 0, len(tokens)
+        while i < n:
+            matched = False
+            for length in range(min(self.lexicon.max_len, n - i), 0, -1):
+                if any(tokens[j].boundary_before for j in range(i + 1, i + length)):
+                    continue
+                key = tuple(t.norm for t in tokens[i : i + length])
+                entries = table.get(key)
+                if not entries:
+                    continue
+                if length == 1 and key[0] in frame:
+                    continue
+                surface = " ".join(t.raw for t in tokens[i : i + length])
+                chosen = self._choose(entries, surface)
+                if not chosen:
+                    continue
+                found.append((_Span(i, i + length), chosen))
+                i += length
+                matched = True
+                break
+            if not matched:
+                i += 1
+        return found
+
+    @staticmethod
+    def _segments_ids(tokens: list[_Token]) -> list[int]:
+        seg, ids = -1, []
+        for t in tokens:
+            if t.boundary_before or t.norm in _SPLIT_WORDS:
+                seg += 1
+            ids.append(seg)
+        return ids
+
+    def _leftovers(self, tokens: list[_Token], claimed: list[bool]) -> list[_Span]:
+        """Maximal unclaimed runs, cut at boundaries, conjunctions and frame words at the edges."""
+        spans: list[_Span] = []
+        start: int | None = None
+        for i, tok in enumerate(tokens):
+            cut = claimed[i] or tok.norm in _SPLIT_WORDS or tok.boundary_before
+            if start is not None and cut:
+                spans.append(_Span(start, i))
+                start = None
+            if not claimed[i] and tok.norm not in _SPLIT_WORDS and start is None:
+                start = i
+        if start is not None:
+            spans.append(_Span(start, len(tokens)))
+        frame = self.lexicon.frame
+        trimmed: list[_Span] = []
+        for sp in spans:
+            s, e = sp.start, sp.end
+            while s < e and tokens[s].norm in frame:
+                s += 1
+            while e > s and tokens[e - 1].norm in frame:
+                e -= 1
+            if e > s:
+                trimmed.append(_Span(s, e))
+        return trimmed
+
+    def _correct(self, token: str) -> str:
+        """Map an unknown token to the closest lexicon token (typos), else keep it."""
+        if token in self.lexicon.by_token or len(token) < 5:
+            return token
+        pool = self.lexicon.vocab_by_prefix.get(token[:2], [])
+        close = difflib.get_close_matches(token, pool, n=1, cutoff=0.85)
+        return close[0] if close else token
+
+    def _fuzzy(self, toks: tuple[str, ...], exclude: Sequence[str]) -> list[tuple[str, float]]:
+        toks = tuple(self._correct(t) for t in toks if t)
+        content = [t for t in toks if t not in self.lexicon.frame]
+        if not content:
+            return []
+        exact = self.lexicon.table.get(toks) or self.lexicon.table.get(tuple(content))
+        if exact:
+            keys = [e.key for e in self._choose(exact, "") if self.skb.nodes[e.key].label not in exclude]
+            if keys:
+                return [(k, 0.99) for k in keys[: self.max_synonym_keys]]
+        # candidates share the rarest content token
+        rare = sorted(set(content), key=lambda t: self.lexicon.token_df.get(t, 10**9))
+        cands: set[tuple[str, ...]] = set()
+        for t in rare[:2]:
+            lst = self.lexicon.by_token.get(t, [])
+            if len(lst) <= 3000:
+                cands.update(lst)
+        if not cands:
+            return []
+        target = " ".join(content)
+        target_set = set(content)
+        best: list[tuple[float, tuple[str, ...]]] = []
+        matcher = difflib.SequenceMatcher(autojunk=False)
+        matcher.set_seq2(target)
+        for cand in cands:
+            cset = set(cand)
+            overlap = len(cset & target_set) / max(len(cset | target_set), 1)
+            if overlap < 0.5:
+                continue
+            # word order and stopword differences: compare sorted content tokens too
+            matcher.set_seq1(" ".join(cand))
+            if matcher.real_quick_ratio() < self.fuzzy_threshold - 0.1:
+                continue
+            ratio = max(matcher.ratio(), _sorted_ratio(cand, content))
+            score = 0.5 * ratio + 0.5 * overlap if overlap < 1.0 else max(ratio, 0.95)
+            if score >= self.fuzzy_threshold:
+                best.append((score, cand))
+        best.sort(key=lambda x: -x[0])
+        out: list[tuple[str, float]] = []
+        for score, cand in best[:1]:
+            for e in self._choose(self.lexicon.table[cand], ""):
+                if self.skb.nodes[e.key].label not in exclude:
+                    out.append((e.key, round(float(score), 4)))
+        return out[: self.max_synonym_keys]
+
+    def _phrases(self, key: str) -> list[str]:
+        node = self.skb.nodes[key]
+        ntype = self.skb.node_types.get(node.label)
+        names = [node.name]
+        if ntype is not None and ntype.synonym_field:
+            syn = node.props.get(ntype.synonym_field) or []
+            names.extend(str(x) for x in (syn if isinstance(syn, list) else [syn]))
+        return list(dict.fromkeys(names))[:12]
+
+    def _embed(self, mention: str, exclude: Sequence[str]) -> list[tuple[str, float]]:
+        """Nearest node by its *names*: node-text neighbours re-scored by name/synonym similarity.
+
+        Why re-score: node texts carry definitions and neighbour lists, so their cosine to a short
+        mention is low and flat (0.4-0.5 for right and wrong alike); the best name or synonym of
+        the right node is much closer to the mention than any name of a wrong one.
+        """
+        try:
+            vec = np.asarray(self.bundle.embedder.embed_query(mention), dtype=np.float32)
+            hits = self.bundle.hnsw.search(vec, self.embedding_candidates)
+        except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
+            return []
+        cands = [k for k, _ in hits if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]
+        if not cands:
+            return []
+        phrases: list[tuple[str, str]] = [(k, p) for k in cands for p in self._phrases(k)]
+        missing = [p for _, p in phrases if p not in self._phrase_vecs]
+        if missing:
+            mats = np.asarray(self.bundle.embedder.embed(list(dict.fromkeys(missing))), dtype=np.float32)
+            for text, row in zip(dict.fromkeys(missing), mats):
+                self._phrase_vecs[text] = row
+        best: dict[str, float] = {}
+        for key, phrase in phrases:
+            sim = float(self._phrase_vecs[phrase] @ vec)
+            if sim > best.get(key, -1.0):
+                best[key] = sim
+        key, sim = max(best.items(), key=lambda kv: kv[1])
+        if sim >= self.embedding_threshold:
+            return [(key, round(sim, 4))]
+        return []
+
+
+def _sorted_ratio(a: Sequence[str], b: Sequence[str]) -> float:
+    return difflib.SequenceMatcher(None, " ".join(sorted(a)), " ".join(sorted(b)), autojunk=False).ratio()

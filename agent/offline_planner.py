@@ -1,0 +1,484 @@
+"""The offline planner: a deterministic chat model that plans tool calls by rule, no network.
+
+Why a chat model: the agent graph drives any planner through the same interface (bind_tools,
+tool calls, tool messages), so the offline planner exercises exactly the code path an LLM
+does and its traces read the same. It is also the strong baseline: on a term-annotated graph
+(phenotypes -> diseases, genes) it ranks candidates by information content, which is how
+clinical phenotype matchers work.
+
+Rounds (each an AIMessage with parallel tool calls; the planner is stateless and re-derives
+its position from the messages it is given):
+
+0. ``search_nodes`` from every linked source entity along the first hop of the best relation
+   path (ranked by relevance to the question, ``per_call_k`` each); for source labels with a
+   hierarchy self-relation, ``search_nodes`` over it (both directions) to reach broader and
+   narrower terms; a ``semantic_search`` for the target label as a safety net.
+1. ``search_nodes`` from the hierarchy neighbours along the same hop, so targets annotated with
+   a parent or child of a mentioned term become candidates; for two-hop paths, the second hop
+   from the best intermediate nodes.
+2. ``finish`` with the candidates ranked.
+
+Candidates and provenance come only from tool results; the *scores* use statistics of the
+in-memory SKB (information content, ancestor closures: ``agent.ontology_scoring``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import ConfigDict, Field
+
+from agent.ontology_scoring import AnnotationModel, find_hierarchy, model_for
+from graphs.errors import PlannerError
+from graphs.model import SKB
+
+_PLAN = re.compile(r"<plan>(.*?)</plan>", re.DOTALL)
+
+#: Most tool calls in one round (a question rarely names more than 20 entities).
+MAX_CALLS_PER_ROUND = 48
+#: Intermediate nodes expanded on the second hop of a two-hop path.
+SECOND_HOP_SEEDS = 10
+#: Keys finish returns (more than k: the agent keeps k, SAGE and metrics may look further).
+FINISH_KEYS = 100
+
+
+# -- reading the conversation ---------------------------------------------------------------
+
+
+def parse_plan(messages: Sequence[BaseMessage]) -> dict[str, Any]:
+    """The JSON of the last ``<plan>...</plan>`` block in a human message."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            match = _PLAN.search(str(message.content))
+            if match:
+                try:
+                    plan = json.loads(match.group(1))
+                except json.JSONDecodeError as exc:
+                    raise PlannerError(
+                        f"the <plan> block is not valid JSON ({exc}); the plan node must emit JSON"
+                    ) from exc
+                if not isinstance(plan, dict):
+                    raise PlannerError("the <plan> block must hold a JSON object")
+                return plan
+    raise PlannerError("no <plan>{...}</plan> block in the human messages; the offline planner needs the plan node")
+
+
+@dataclass
+class Observations:
+    """What the tools returned so far, flattened."""
+
+    rounds: int = 0
+    triples: list[dict[str, Any]] = field(default_factory=list)
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    results_by_call: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _payload(message: ToolMessage) -> dict[str, Any]:
+    artifact = getattr(message, "artifact", None)
+    if isinstance(artifact, dict):
+        return artifact
+    try:
+        data = json.loads(str(message.content))
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_observations(messages: Sequence[BaseMessage]) -> Observations:
+    """Tool calls made after the plan and their results (tool messages matched by call id)."""
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, HumanMessage) and _PLAN.search(str(message.content)):
+            start = i + 1
+    obs = Observations()
+    call_args: dict[str, tuple[str, dict[str, Any]]] = {}
+    for message in messages[start:]:
+        if isinstance(message, AIMessage) and message.tool_calls:
+            obs.rounds += 1
+            for call in message.tool_calls:
+                entry = (call["name"], dict(call.get("args") or {}))
+                obs.calls.append(entry)
+                if call.get("id"):
+                    call_args[str(call["id"])] = entry
+        elif isinstance(message, ToolMessage):
+            data = _payload(message)
+            obs.results_by_call[message.tool_call_id] = data
+            if "error" in data:
+                continue
+            obs.triples.extend(t for t in data.get("triples") or [] if isinstance(t, dict))
+            obs.hits.extend(h for h in data.get("hits") or [] if isinstance(h, dict))
+    return obs
+
+
+# -- scoring -----------------------------------------------------------------------------------
+
+
+def _via_intermediate(
+    skb: SKB, mid_model: AnnotationModel, query: Sequence[str], step_rel: str, step_dir: str, targets: Sequence[str]
+) -> dict[str, float]:
+    """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases).
+
+    ``step_rel``/``step_dir`` is the hop from intermediate to target as the plan walks it.
+    """
+    mid_scores = mid_model.score(query)
+    floor = float(mid_scores.min()) if len(mid_scores) else 0.0
+    out: dict[str, float] = {}
+    for key in targets:
+        # the hop from target back to the intermediate is the reverse direction
+        edges = skb.in_edges(key) if step_dir == "out" else skb.out_edges(key)
+        best = None
+        for edge in edges:
+            if edge.rel != step_rel:
+                continue
+            other = edge.src if step_dir == "out" else edge.dst
+            idx = mid_model.target_index.get(other)
+            if idx is None:
+                continue
+            val = float(mid_scores[idx])
+            if best is None or val > best:
+                best = val
+        if best is not None:
+            out[key] = best - floor
+    return out
+
+
+def _source_groups(linked: Sequence[Mapping[str, Any]], target: str) -> dict[str, list[str]]:
+    """Linked keys per source label; a mention linked to several labels keeps the dominant label.
+
+    Why: in "microtia, short neck and anal atresia" a disease that happens to be named "Microtia"
+    is a reading of the same words, not a second constraint; the label most mentions resolve to
+    is the question's vocabulary.
+    """
+    sources = [e for e in linked if e.get("label") != target]
+    per_label: dict[str, int] = defaultdict(int)
+    for ent in sources:
+        per_label[str(ent.get("label"))] += 1
+    by_mention: dict[str, set[str]] = defaultdict(set)
+    for ent in sources:
+        by_mention[str(ent.get("mention") or ent.get("key"))].add(str(ent.get("label")))
+    groups: dict[str, list[str]] = defaultdict(list)
+    for ent in sources:
+        label = str(ent.get("label"))
+        labels = by_mention[str(ent.get("mention") or ent.get("key"))]
+        if len(labels) > 1 and label != max(sorted(labels), key=lambda lab: per_label[lab]):
+            continue
+        groups[label].append(str(ent.get("key")))
+    return dict(groups)
+
+
+def rank_targets(
+    skb: SKB,
+    target: str,
+    linked: Sequence[Mapping[str, Any]],
+    paths: Sequence[Sequence[Mapping[str, Any]]],
+    candidates: Sequence[str],
+    semantic: Mapping[str, float] | None = None,
+    support: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Rank candidate target keys for the linked entities.
+
+    Per source label with an annotation relation to the target: information-content scoring
+    (``AnnotationModel.score``). When a two-hop path goes through an intermediate label whose
+    nodes carry finer annotations than the targets (targets aggregate intermediates, as a gene
+    aggregates its diseases' phenotypes), targets take the best score of their intermediates,
+    with the direct score as tie-breaker. Candidates no model scores rank by graph support
+    (sum of linked-entity scores of the triples reaching them) and then semantic similarity.
+    """
+    semantic = semantic or {}
+    support = support or {}
+    cands = [c for c in dict.fromkeys(candidates) if c in skb.nodes and skb.nodes[c].label == target]
+    if not cands:
+        return []
+    by_label = _source_groups(linked, target)
+    total = np.zeros(len(cands), dtype=np.float64)
+    scored = np.zeros(len(cands), dtype=bool)
+    for src_label, keys in by_label.items():
+        model = model_for(skb, target, src_label)
+        direct: np.ndarray | None = None
+        if model is not None and model.term_ids(keys):
+            all_scores = model.score(keys)
+            floor = float(all_scores.min())
+            direct = np.array(
+                [float(all_scores[model.target_index[c]]) - floor if c in model.target_index else 0.0 for c in cands]
+            )
+        via: dict[str, float] | None = None
+        for path in paths:
+            if len(path) != 2 or path[-1].get("to_label") != target:
+                continue
+            mid = str(path[0].get("to_label"))
+            mid_model = model_for(skb, mid, src_label)
+            if mid_model is None or not mid_model.term_ids(keys):
+                continue
+            if model is not None and mid_model.mean_annotations() >= model.mean_annotations():
+                continue  # the intermediate is not finer-grained than the target
+            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), str(path[1]["direction"]), cands)
+            break
+        if via:
+            vals = np.array([via.get(c, 0.0) for c in cands])
+            if direct is not None:
+                vals = vals + 0.01 * direct
+            total += vals
+            scored |= vals > 0
+        elif direct is not None:
+            total += direct
+            scored |= direct > 0
+    sup = np.array([float(support.get(c, 0.0)) for c in cands])
+    sem = np.array([float(semantic.get(c, 0.0)) for c in cands])
+    # lexicographic: model score, then support, then semantic similarity (all tie-breakers are < 1e-3 scale)
+    final = total + 1e-4 * np.tanh(sup) + 1e-6 * sem
+    if not scored.any():
+        final = sup + 0.1 * sem
+    order = np.argsort(-final, kind="stable")
+    return [(cands[i], round(float(final[i]), 6)) for i in order]
+
+
+# -- the planner --------------------------------------------------------------------------------
+
+
+def _step(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {"rel": str(raw.get("rel")), "direction": str(raw.get("direction")), "to_label": str(raw.get("to_label"))}
+
+
+class OfflinePlanner(BaseChatModel):
+    """Rule-based planner over the plan and tool results; see the module docstring."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    bundle: Any = Field(exclude=True)
+    finish_keys: int = FINISH_KEYS
+    use_hierarchy: bool = True
+    use_semantic: bool = True
+
+    def __init__(self, bundle: Any, **kwargs: Any) -> None:
+        super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]
+
+    @property
+    def _llm_type(self) -> str:
+        return "offline-planner"
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The planner knows its tools by name; binding changes nothing (kept for interface parity)."""
+        return self  # type: ignore[return-value]
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        message = self.next_message(messages)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    # -- decision ----------------------------------------------------------------------------
+    def next_message(self, messages: Sequence[BaseMessage]) -> AIMessage:
+        plan = parse_plan(messages)
+        obs = read_observations(messages)
+        max_rounds = max(1, int(plan.get("max_rounds") or 4))
+        rnd = obs.rounds
+        last = rnd >= max_rounds - 1
+        calls: list[tuple[str, dict[str, Any]]] = []
+        if not last:
+            if rnd == 0:
+                calls = self._first_round(plan)
+            elif rnd == 1:
+                calls = self._second_round(plan, obs)
+        if not calls:
+            return self._finish(plan, obs, rnd)
+        tool_calls = [
+            {"name": name, "args": args, "id": f"offline_{rnd}_{i}", "type": "tool_call"}
+            for i, (name, args) in enumerate(calls[:MAX_CALLS_PER_ROUND])
+        ]
+        return AIMessage(content="", tool_calls=tool_calls)
+
+    def _sources(self, plan: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[list[dict[str, str]]]]:
+        target = plan.get("target_type")
+        paths = [[_step(s) for s in p] for p in plan.get("relation_paths") or [] if p]
+        linked = [e for e in plan.get("linked_entities") or [] if isinstance(e, dict) and e.get("label") != target]
+        keep = {k for keys in _source_groups(linked, str(target)).values() for k in keys}
+        return [e for e in linked if str(e.get("key")) in keep], paths
+
+    def _first_hop(self, paths: list[list[dict[str, str]]], label: str) -> dict[str, str] | None:
+        """The first step of the best path that starts at ``label`` (paths come shortest/best first)."""
+        skb: SKB = self.bundle.skb
+        schema = skb.schema()
+        for path in paths:
+            step = path[0]
+            for rel in schema.relations:
+                if rel.rel != step["rel"]:
+                    continue
+                start = rel.src_label if step["direction"] == "out" else rel.dst_label
+                end = rel.dst_label if step["direction"] == "out" else rel.src_label
+                if start == label and end == step["to_label"]:
+                    return step
+        return None
+
+    def _first_round(self, plan: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        target = plan.get("target_type")
+        k = int(plan.get("per_call_k") or 50)
+        linked, paths = self._sources(plan)
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for ent in linked:
+            step = self._first_hop(paths, str(ent["label"]))
+            if step is None:
+                continue
+            calls.append(
+                (
+                    "search_nodes",
+                    {
+                        "keys": [ent["key"]],
+                        "rel_types": [step["rel"]],
+                        "direction": step["direction"],
+                        "target_label": step["to_label"],
+                        "limit": k,
+                    },
+                )
+            )
+            hierarchy = find_hierarchy(self.bundle.skb, str(ent["label"])) if self.use_hierarchy else None
+            if hierarchy is not None:
+                calls.append(
+                    (
+                        "search_nodes",
+                        {
+                            "keys": [ent["key"]],
+                            "rel_types": [hierarchy.rel],
+                            "direction": "both",
+                            "target_label": hierarchy.label,
+                            "limit": k,
+                        },
+                    )
+                )
+        if self.use_semantic or not calls:
+            args: dict[str, Any] = {"text": str(plan.get("question") or ""), "k": k}
+            if target:
+                args["label"] = target
+            if args["text"]:
+                calls.append(("semantic_search", args))
+        return calls
+
+    def _second_round(self, plan: Mapping[str, Any], obs: Observations) -> list[tuple[str, dict[str, Any]]]:
+        skb: SKB = self.bundle.skb
+        target = plan.get("target_type")
+        k = int(plan.get("per_call_k") or 50)
+        linked, paths = self._sources(plan)
+        linked_keys = {str(e["key"]) for e in linked}
+        calls: list[tuple[str, dict[str, Any]]] = []
+        # hierarchy neighbours, grouped by the linked entity they came from
+        for ent in linked:
+            label = str(ent["label"])
+            hierarchy = find_hierarchy(skb, label) if self.use_hierarchy else None
+            step = self._first_hop(paths, label)
+            if hierarchy is None or step is None:
+                continue
+            neigh: list[str] = []
+            for t in obs.triples:
+                if t.get("rel") != hierarchy.rel:
+                    continue
+                if t.get("src") == ent["key"]:
+                    other = t.get("dst")
+                elif t.get("dst") == ent["key"]:
+                    other = t.get("src")
+                else:
+                    continue
+                if isinstance(other, str) and other not in linked_keys and other not in neigh:
+                    neigh.append(other)
+            if neigh:
+                calls.append(
+                    (
+                        "search_nodes",
+                        {
+                            "keys": neigh[:200],
+                            "rel_types": [step["rel"]],
+                            "direction": step["direction"],
+                            "target_label": step["to_label"],
+                            "limit": k,
+                        },
+                    )
+                )
+        # second hop of two-hop paths from the best intermediates
+        for path in paths:
+            if len(path) != 2 or path[-1]["to_label"] != target:
+                continue
+            mid = path[0]["to_label"]
+            mids = [
+                t["dst"] if t.get("dst_label") == mid else t["src"]
+                for t in obs.triples
+                if t.get("rel") == path[0]["rel"] and (t.get("dst_label") == mid or t.get("src_label") == mid)
+            ]
+            if not mids:
+                continue
+            ranked = rank_targets(skb, mid, linked, [path[:1]], mids)
+            seeds = [key for key, _ in ranked[:SECOND_HOP_SEEDS]]
+            if seeds:
+                calls.append(
+                    (
+                        "search_nodes",
+                        {
+                            "keys": seeds,
+                            "rel_types": [path[1]["rel"]],
+                            "direction": path[1]["direction"],
+                            "target_label": path[1]["to_label"],
+                            "limit": k,
+                        },
+                    )
+                )
+            break
+        return calls
+
+    def _finish(self, plan: Mapping[str, Any], obs: Observations, rnd: int) -> AIMessage:
+        skb: SKB = self.bundle.skb
+        target = plan.get("target_type")
+        linked, paths = self._sources(plan)
+        link_score = {str(e["key"]): float(e.get("score") or 1.0) for e in linked}
+        candidates: list[str] = []
+        support: dict[str, float] = defaultdict(float)
+        for t in obs.triples:
+            for end, other in (("src", "dst"), ("dst", "src")):
+                key = t.get(end)
+                label = t.get(f"{end}_label")
+                if isinstance(key, str) and (label == target or (target is None and label)):
+                    candidates.append(key)
+                    support[key] += link_score.get(str(t.get(other)), 0.5)
+        semantic: dict[str, float] = {}
+        for h in obs.hits:
+            key = h.get("key")
+            if isinstance(key, str) and (target is None or h.get("label") == target):
+                candidates.append(key)
+                semantic[key] = max(semantic.get(key, -1.0), float(h.get("score") or 0.0))
+        if target:
+            ranked = rank_targets(skb, str(target), linked, paths, candidates, semantic, support)
+        else:
+            pool = {c: support.get(c, 0.0) + 0.1 * semantic.get(c, 0.0) for c in dict.fromkeys(candidates)}
+            ranked = sorted(pool.items(), key=lambda kv: -kv[1])
+        ranked = ranked[: self.finish_keys]
+        confidence = None
+        if len(ranked) >= 2:
+            margin = ranked[0][1] - ranked[1][1]
+            confidence = round(1.0 / (1.0 + math.exp(-margin)), 4)
+        elif ranked:
+            confidence = 0.5
+        args = {"keys": [k for k, _ in ranked], "scores": [s for _, s in ranked], "confidence": confidence}
+        return AIMessage(
+            content="",
+            tool_calls=[{"name": "finish", "args": args, "id": f"offline_{rnd}_finish", "type": "tool_call"}],
+        )
