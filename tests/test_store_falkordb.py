@@ -321,3 +321,19 @@ def test_attached_store_takes_over_when_the_owner_stops(tmp_path: Path) -> None:
     finally:
         follower.close()
         owner.close()
+
+
+def test_awkward_values_round_trip(server: FalkorDBServer) -> None:
+    weird = "line1\nline2\t\"dq\" 'sq' back\\slash ünïcødé 😀 $x {`a`}"
+    skb = SKB("weird")
+    skb.add_node(Node('k"1\\', "A", {"name": weird, "odd key-@": 1, "nan": float("nan"), "`tick": "t", "": "e"}))
+    skb.add_node(Node("k2", "A", {"name": "plain", "nested": [[1, 2], [3]]}))
+    skb.add_edge(Edge('k"1\\', "R", "k2", {"w": weird}))
+    st = FalkorDBStore(server.data_dir, graph_name="weird", server=server)
+    st.load(skb)
+    props = st.query("MATCH (n:A {key: $k}) RETURN properties(n)", {"k": 'k"1\\'}).rows[0][0]
+    assert props == {"key": 'k"1\\', "name": weird, "odd key-@": 1, "'tick": "t"}
+    assert st.query("MATCH (n:A {key: 'k2'}) RETURN n.nested").rows == [[["[1, 2]", "[3]"]]]
+    assert [t.props["w"] for t in st.neighbors(["k2"])] == [weird]
+    with pytest.raises(CypherValidationError, match="parameters"):
+        st.query("RETURN $p", {"p": {"": 1}})

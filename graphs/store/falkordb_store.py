@@ -533,6 +533,11 @@ class FalkorDBStore(GraphStore):
             raise self._unavailable(exc) from exc
         except redis.ResponseError as exc:
             raise self._map_response_error(exc, cypher, timeout_ms) from exc
+        except (ValueError, TypeError) as exc:  # the client could not encode a parameter
+            raise CypherValidationError(
+                f"cannot send the query parameters to FalkorDB: {exc}; use strings, numbers, booleans, "
+                "lists and maps with plain keys"
+            ) from exc
 
     @staticmethod
     def _map_response_error(exc: redis.ResponseError, cypher: str, timeout_ms: int) -> StoreError:

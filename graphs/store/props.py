@@ -8,6 +8,7 @@ parameters), so sanitising values and quoting names must behave identically.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,6 +24,16 @@ def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _finite(value: Any) -> bool:
+    return not (isinstance(value, float) and not math.isfinite(value))
+
+
+def store_name(name: str) -> str | None:
+    """A property name FalkorDB's parameter header accepts (no backticks, not empty); None drops it."""
+    cleaned = str(name).replace("`", "'")
+    return cleaned or None
+
+
 def _scalar_or_json(value: Any) -> Scalar:
     if isinstance(value, (str, bool, int, float)):
         return value
@@ -35,12 +46,12 @@ def store_value(value: Any) -> Scalar | list[Scalar] | None:
     Lists of scalars stay lists (both stores index and return them natively); a list
     mixing types or holding dicts becomes a list of JSON strings so nothing is lost.
     """
-    if value is None:
-        return None
+    if value is None or not _finite(value):
+        return None  # NaN/inf have no Cypher literal; treated like a missing value
     if isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [v for v in value if v is not None]
+        items = [v for v in value if v is not None and _finite(v)]
         if all(isinstance(v, str) for v in items) or all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
         ):
@@ -62,8 +73,9 @@ def store_props(props: dict[str, Any], *, key: str | None = None) -> dict[str, A
         if key is not None and name == "key":
             continue
         converted = store_value(value)
-        if converted is not None:
-            out[str(name)] = converted
+        cleaned = store_name(name)
+        if converted is not None and cleaned is not None:
+            out[cleaned] = converted
     return out
 
 
