@@ -185,3 +185,22 @@ def test_from_env_and_open_store(
     with open_store("neo4j", tmp_path) as st:
         assert isinstance(st, Neo4jStore)
         assert st.count_nodes() == len(tiny_skb().nodes)
+
+
+def test_labels_fall_back_to_match_when_db_labels_is_missing(
+    store: Neo4jStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_read = store._read
+
+    def without_db_labels(cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        if cypher.startswith("CALL db.labels"):
+            raise CypherValidationError("There is no procedure with the name `db.labels` registered")
+        return real_read(cypher, params)
+
+    monkeypatch.setattr(store, "_read", without_db_labels)
+    store._invalidate()
+    try:
+        assert store.labels() == sorted(i.label for i in tiny_skb().schema().labels)
+    finally:
+        monkeypatch.undo()
+        store._invalidate()

@@ -108,7 +108,6 @@ class Neo4jStore(GraphStore):
                 auth=(user, password),
                 connection_timeout=connection_timeout_s,
                 connection_acquisition_timeout=connection_timeout_s,
-                max_transaction_retry_time=0,
             )
             self._driver.verify_connectivity()
         except neo4j_exc.AuthError as exc:
