@@ -21,9 +21,7 @@ from graphs.errors import SKBError
 
 trace_app = typer.Typer(help="Inspect local traces of agent runs (LangSmith-style run trees).", no_args_is_help=True)
 
-IndexDirOpt = Annotated[
-    Path | None, typer.Option("--index-dir", help="index whose traces to read (DIR/traces.sqlite)")
-]
+IndexDirOpt = Annotated[Path | None, typer.Option("--index-dir", help="index whose traces to read (DIR/traces.sqlite)")]
 DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database path (overrides --index-dir)")]
 
 
@@ -56,15 +54,21 @@ def list_cmd(
         return
     table = Table(title=f"traces in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("run id", no_wrap=True, min_width=36)
-    table.add_column("started (UTC)", no_wrap=True)
-    table.add_column("duration", justify="right", no_wrap=True)
-    table.add_column("llm/tool", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    table.add_column("question", overflow="ellipsis", no_wrap=True, min_width=12)
+    table.add_column("started (UTC)", no_wrap=True, min_width=14)
+    table.add_column("duration", justify="right", no_wrap=True, min_width=8)
+    table.add_column("llm/tool", justify="right", no_wrap=True, min_width=8)
+    table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
+    table.add_column("question", overflow="ellipsis", no_wrap=True, min_width=12, max_width=60)
     for t in traces:
         duration = "[red]error[/red]" if t.status == "error" else format_ms(t.duration_ms)
-        table.add_row(t.id, t.start_time[5:19].replace("T", " "), duration,
-                      f"{t.llm_calls}/{t.tool_calls}", str(t.total_tokens), t.preview)
+        table.add_row(
+            t.id,
+            t.start_time[5:19].replace("T", " "),
+            duration,
+            f"{t.llm_calls}/{t.tool_calls}",
+            str(t.total_tokens),
+            t.preview,
+        )
     Console().print(table)
     if not traces:
         Console().print("no traces yet: run `skb ask ...` first")

@@ -23,7 +23,7 @@ from agent.results import StageUsage
 from agent.tracing import TraceRun, TraceStore
 from graphs.manifest import atomic_write_text
 
-__all__ = ["ToolStep", "render_trace_html", "tool_steps", "write_trace_html", "format_ms"]
+__all__ = ["ToolStep", "format_ms", "render_trace_html", "tool_steps", "write_trace_html"]
 
 _MAX_KEYS_SHOWN = 30
 _CYPHER_KEYWORDS = (
@@ -106,7 +106,7 @@ def _keys_of(payload: dict[str, Any], args: dict[str, Any]) -> tuple[list[str], 
     elif isinstance(payload.get("rows"), list):
         rows = len(payload["rows"])
         cols = [str(c).lower() for c in payload.get("columns", [])]
-        key_cols = [i for i, c in enumerate(cols) if c == "key" or c.endswith(".key") or c.endswith("key")]
+        key_cols = [i for i, c in enumerate(cols) if c == "key" or c.endswith((".key", "key"))]
         for row in payload["rows"]:
             if isinstance(row, list):
                 keys.extend(str(row[i]) for i in key_cols if i < len(row) and row[i] is not None)
@@ -132,6 +132,9 @@ def tool_steps(tree: TraceRun) -> list[ToolStep]:
         if query is None:
             query = {k: v for k, v in args.items() if k not in ("step", "question")}
         step = args.get("step")
+        prov = payload.get("provenance")
+        if step is None and isinstance(prov, dict):
+            step = prov.get("step")
         steps.append(
             ToolStep(
                 index=len(steps) + 1,
@@ -198,8 +201,8 @@ def _run_html(run: TraceRun, depth: int, steps_by_run: dict[str, ToolStep]) -> s
         meta.append(found)
     status = ' <span class="err">error</span>' if run.status == "error" else ""
     summary = (
-        f"<summary>{_badge(run.run_type)}<span class=\"name\">{_e(run.name)}</span>{status}"
-        f"<span class=\"meta\">{_e(' · '.join(meta))}</span></summary>"
+        f'<summary>{_badge(run.run_type)}<span class="name">{_e(run.name)}</span>{status}'
+        f'<span class="meta">{_e(" · ".join(meta))}</span></summary>'
     )
     body: list[str] = []
     if run.name == "cypher" and run.run_type == "tool":
@@ -228,7 +231,11 @@ def _question(tree: TraceRun) -> str | None:
     if isinstance(inputs.get("question"), str):
         return str(inputs["question"])
     for msg in reversed(inputs.get("messages") or []):
-        if isinstance(msg, dict) and msg.get("type") == "human" and isinstance(msg.get("content"), str):
+        if (
+            isinstance(msg, dict)
+            and (msg.get("type") or msg.get("role")) in ("human", "user")
+            and isinstance(msg.get("content"), str)
+        ):
             return str(msg["content"])
     return None
 
@@ -247,7 +254,7 @@ def _answer(tree: TraceRun) -> str | None:
 def _usage_from_tree(tree: TraceRun) -> dict[str, StageUsage]:
     usage: dict[str, StageUsage] = {}
     for _, run in tree.walk():
-        if run.run_type == "llm":
+        if run.llm_call:
             acc = usage.setdefault(run.stage or "?", StageUsage())
             acc.llm_calls += 1
             acc.prompt_tokens += run.prompt_tokens
@@ -265,7 +272,7 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
     cards = [
         (format_ms(tree.duration_ms), "duration"),
         (str(len(runs)), "runs"),
-        (str(sum(1 for _, r in runs if r.run_type == "llm")), "LLM calls"),
+        (str(sum(1 for _, r in runs if r.llm_call)), "LLM calls"),
         (str(len(steps)), "tool calls"),
         (f"{t}", f"tokens ({p} in / {c} out)"),
         (tree.status, "status"),
@@ -303,7 +310,7 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
             rows.append(
                 f'<tr class="step tool-{_e(s.tool)}"><td class="num">{s.index}</td>'
                 f'<td class="num">{"" if s.step is None else s.step}</td><td>{_e(s.tool)}</td>'
-                f"<td><code>{_e(s.query[:200])}</code></td><td class=\"num\">{len(s.keys)}</td>"
+                f'<td><code>{_e(s.query[:200])}</code></td><td class="num">{len(s.keys)}</td>'
                 f'<td class="keys">{keys}{err}</td></tr>'
             )
         steps_table = (
@@ -317,7 +324,7 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
     cypher_runs = [r for _, r in runs if r.run_type == "tool" and r.name == "cypher"]
     cypher_block = ""
     if cypher_runs:
-        parts = ['<h2>Cypher</h2>']
+        parts = ["<h2>Cypher</h2>"]
         for r in cypher_runs:
             q = _tool_args(r).get("query")
             if isinstance(q, str):

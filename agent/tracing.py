@@ -14,11 +14,13 @@ Public API: `LocalTracer` (the callback handler), `TraceStore` (the SQLite file)
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime as _dt
 import json
 import math
 import os
+import queue
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -106,7 +108,9 @@ def _lc_serialised_message(value: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def to_jsonable(value: Any, *, max_string: int = MAX_STRING_CHARS, _depth: int = 0, _seen: set[int] | None = None) -> Any:
+def to_jsonable(
+    value: Any, *, max_string: int = MAX_STRING_CHARS, _depth: int = 0, _seen: set[int] | None = None
+) -> Any:
     """A JSON-safe copy of ``value``: messages, pydantic models, dataclasses, numpy, paths, UUIDs and
     datetimes become plain data; long strings and lists are cut with a marker; anything else becomes
     a short repr. Never raises -- a trace must not break the run it records."""
@@ -204,6 +208,7 @@ class TraceRun(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     stage: str | None = None
+    llm_call: bool = False
     child_runs: list[TraceRun] = Field(default_factory=list)
 
     @property
@@ -253,9 +258,26 @@ class TraceSummary(BaseModel):
 # -- the store -------------------------------------------------------------------------------
 
 _COLUMNS = (
-    "id", "trace_id", "parent_run_id", "dotted_order", "name", "run_type", "status", "inputs", "outputs",
-    "error", "start_time", "end_time", "extra", "tags", "events", "prompt_tokens", "completion_tokens",
-    "total_tokens", "stage",
+    "id",
+    "trace_id",
+    "parent_run_id",
+    "dotted_order",
+    "name",
+    "run_type",
+    "status",
+    "inputs",
+    "outputs",
+    "error",
+    "start_time",
+    "end_time",
+    "extra",
+    "tags",
+    "events",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "stage",
+    "llm_call",
 )
 _JSON_COLUMNS = {"inputs", "outputs", "extra", "tags", "events"}
 
@@ -279,7 +301,8 @@ CREATE TABLE IF NOT EXISTS runs (
     prompt_tokens INTEGER NOT NULL DEFAULT 0,
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     total_tokens INTEGER NOT NULL DEFAULT 0,
-    stage TEXT
+    stage TEXT,
+    llm_call INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_trace ON runs(trace_id, dotted_order);
 CREATE INDEX IF NOT EXISTS runs_roots ON runs(start_time) WHERE parent_run_id IS NULL;
@@ -317,13 +340,16 @@ class TraceStore:
 
     # writing
     def upsert(self, row: Mapping[str, Any]) -> None:
-        values = [row.get(col) for col in _COLUMNS]
+        self.upsert_many([row])
+
+    def upsert_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert or replace runs by id, in one transaction (a run is written at start and again at end)."""
         sql = (
             f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
             f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _COLUMNS if c != 'id')}"
         )
         with self._lock:
-            self._conn.execute(sql, values)
+            self._conn.executemany(sql, [[row.get(col) for col in _COLUMNS] for row in rows])
             self._conn.commit()
 
     def close(self) -> None:
@@ -365,7 +391,7 @@ class TraceStore:
         rows = self._rows(
             """
             SELECT r.*, (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id) AS n_runs,
-                   (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id AND c.run_type = 'llm') AS n_llm,
+                   (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id AND c.llm_call = 1) AS n_llm,
                    (SELECT COUNT(*) FROM runs c WHERE c.trace_id = r.trace_id AND c.run_type = 'tool') AS n_tool,
                    (SELECT COALESCE(SUM(prompt_tokens), 0) FROM runs c WHERE c.trace_id = r.trace_id) AS p_tok,
                    (SELECT COALESCE(SUM(completion_tokens), 0) FROM runs c WHERE c.trace_id = r.trace_id) AS c_tok,
@@ -397,7 +423,10 @@ class TraceStore:
         return out
 
     def runs_of_trace(self, trace_id: str) -> list[TraceRun]:
-        return [_row_to_run(r) for r in self._rows("SELECT * FROM runs WHERE trace_id = ? ORDER BY dotted_order", (trace_id,))]
+        return [
+            _row_to_run(r)
+            for r in self._rows("SELECT * FROM runs WHERE trace_id = ? ORDER BY dotted_order", (trace_id,))
+        ]
 
     def get_tree(self, run_id: str) -> TraceRun:
         """The run ``run_id`` (full id or unique prefix) with all its descendants nested in ``child_runs``."""
@@ -414,11 +443,13 @@ class TraceStore:
         """LLM calls and tokens of one trace, per stage (LangGraph node or explicit ``stage``)."""
         rows = self._rows(
             """SELECT COALESCE(stage, '?') AS stage, COUNT(*) AS n, SUM(prompt_tokens) AS p, SUM(completion_tokens) AS c
-               FROM runs WHERE trace_id = ? AND run_type = 'llm' GROUP BY 1""",
+               FROM runs WHERE trace_id = ? AND llm_call = 1 GROUP BY 1""",
             (trace_id,),
         )
         return {
-            str(r["stage"]): StageUsage(llm_calls=int(r["n"]), prompt_tokens=int(r["p"] or 0), completion_tokens=int(r["c"] or 0))
+            str(r["stage"]): StageUsage(
+                llm_calls=int(r["n"]), prompt_tokens=int(r["p"] or 0), completion_tokens=int(r["c"] or 0)
+            )
             for r in rows
         }
 
@@ -444,7 +475,11 @@ def _preview(inputs: Any, limit: int = 80) -> str:
             text = inputs["question"]
         elif isinstance(inputs.get("messages"), list):
             for msg in inputs["messages"]:
-                if isinstance(msg, dict) and msg.get("type") in ("human", "user") and isinstance(msg.get("content"), str):
+                if (
+                    isinstance(msg, dict)
+                    and (msg.get("type") or msg.get("role")) in ("human", "user")
+                    and isinstance(msg.get("content"), str)
+                ):
                     text = msg["content"]
                 elif isinstance(msg, list | tuple) and len(msg) == 2 and msg[0] in ("human", "user"):
                     text = str(msg[1])
@@ -463,8 +498,8 @@ def _iso(value: _dt.datetime | None) -> str | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=_dt.timezone.utc)
-    return value.astimezone(_dt.timezone.utc).isoformat()
+        value = value.replace(tzinfo=_dt.UTC)
+    return value.astimezone(_dt.UTC).isoformat()
 
 
 def _usage_from_result(response: LLMResult) -> tuple[int, int, int]:
@@ -502,6 +537,21 @@ def stage_of(metadata: Mapping[str, Any] | None, tags: Sequence[str] | None) -> 
     return str(node) if node else None
 
 
+NOT_LLM_MODEL_TYPES = frozenset({"offline-planner"})
+"""`_llm_type`s of chat models that are rule-based stand-ins: traced as runs, not counted as LLM calls."""
+
+
+def is_llm_call(extra: Mapping[str, Any] | None) -> bool:
+    """Whether a chat-model/LLM run is a real model call (the offline planner only speaks the interface).
+    A run can also opt out with metadata ``skb_llm_call=False``."""
+    extra = extra or {}
+    params = extra.get("invocation_params") or {}
+    metadata = extra.get("metadata") or {}
+    if metadata.get("skb_llm_call") is False:
+        return False
+    return str(params.get("_type", "")) not in NOT_LLM_MODEL_TYPES
+
+
 class LocalTracer(BaseTracer):
     """Records each run into a `TraceStore` as it starts and ends (so a crashed run still leaves its
     finished steps behind), and counts LLM calls and tokens per stage in memory.
@@ -512,7 +562,10 @@ class LocalTracer(BaseTracer):
 
     run_inline: bool = True  # parents must be recorded before their children, even under async
 
-    def __init__(self, store: TraceStore | Path | str, **kwargs: Any) -> None:
+    def __init__(self, store: TraceStore | Path | str, *, background: bool = True, **kwargs: Any) -> None:
+        """``background=True`` (default) writes from one daemon thread, so an agent running on an
+        event loop (LangGraph Server, ``ainvoke``) never blocks on SQLite; call `flush()` before
+        reading what was just traced (it also runs at interpreter exit)."""
         super().__init__(_schema_format="original+chat", **kwargs)
         self.store = store if isinstance(store, TraceStore) else TraceStore(store)
         self._usage: dict[str, tuple[int, int, int]] = {}
@@ -520,6 +573,36 @@ class LocalTracer(BaseTracer):
         self._counter_lock = threading.Lock()
         self.last_trace_id: str | None = None
         self.errors: list[str] = []
+        self._queue: queue.Queue[dict[str, Any] | None] | None = None
+        if background:
+            self._queue = queue.Queue()
+            threading.Thread(target=self._drain, name="skb-trace-writer", daemon=True).start()
+            atexit.register(self.flush)
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while True:
+            row = self._queue.get()
+            batch = [row]
+            while True:  # write what has piled up in one transaction
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            rows = [r for r in batch if r is not None]
+            try:
+                if rows:
+                    self.store.upsert_many(rows)
+            except Exception as exc:  # noqa: BLE001 -- keep the writer alive; report via .errors
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    def flush(self) -> None:
+        """Block until every run recorded so far is in the database."""
+        if self._queue is not None:
+            self._queue.join()
 
     # -- hooks from BaseTracer ---------------------------------------------------------------
     def _persist_run(self, run: Run) -> None:
@@ -535,7 +618,7 @@ class LocalTracer(BaseTracer):
 
     def _on_run_update(self, run: Run) -> None:
         usage = self._usage.pop(str(run.id), None)
-        if usage is not None:
+        if usage is not None and is_llm_call(run.extra):
             self._count_stage(run, usage)
         self._write(run, status="error" if run.error else "success", usage=usage)
 
@@ -556,29 +639,32 @@ class LocalTracer(BaseTracer):
             if run.run_type == "chat_model":
                 extra["invocation_kind"] = "chat_model"
             prompt, completion, total = usage or (0, 0, 0)
-            self.store.upsert(
-                {
-                    "id": str(run.id),
-                    "trace_id": str(run.trace_id),
-                    "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
-                    "dotted_order": run.dotted_order or "",
-                    "name": run.name or run_type,
-                    "run_type": run_type,
-                    "status": status,
-                    "inputs": _dump_payload(run.inputs),
-                    "outputs": _dump_payload(run.outputs) if status != "running" else None,
-                    "error": _truncate(run.error, 20_000) if run.error else None,
-                    "start_time": _iso(run.start_time),
-                    "end_time": _iso(run.end_time) if status != "running" else None,
-                    "extra": _dump_payload(extra),
-                    "tags": json.dumps(list(run.tags or [])),
-                    "events": _dump_payload(run.events or []),
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": total,
-                    "stage": stage_of(metadata, run.tags),
-                }
-            )
+            row = {
+                "id": str(run.id),
+                "trace_id": str(run.trace_id),
+                "parent_run_id": str(run.parent_run_id) if run.parent_run_id else None,
+                "dotted_order": run.dotted_order or "",
+                "name": run.name or run_type,
+                "run_type": run_type,
+                "status": status,
+                "inputs": _dump_payload(run.inputs),
+                "outputs": _dump_payload(run.outputs) if status != "running" else None,
+                "error": _truncate(run.error, 20_000) if run.error else None,
+                "start_time": _iso(run.start_time),
+                "end_time": _iso(run.end_time) if status != "running" else None,
+                "extra": _dump_payload(extra),
+                "tags": json.dumps(list(run.tags or [])),
+                "events": _dump_payload(run.events or []),
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": total,
+                "stage": stage_of(metadata, run.tags),
+                "llm_call": int(run_type == "llm" and status != "running" and is_llm_call(run.extra)),
+            }
+            if self._queue is not None:
+                self._queue.put(row)
+            else:
+                self.store.upsert(row)
         except Exception as exc:  # noqa: BLE001 -- tracing must never fail the agent call it observes
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
