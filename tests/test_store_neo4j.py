@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from graphs.errors import ConfigError, CypherValidationError, ReadOnlyViolationError, StoreUnavailableError
+from graphs.model import SKB, Node
 from graphs.store import open_store
 from graphs.store.neo4j_store import Neo4jStore
 from tests.store_fixtures import free_port, tiny_skb
@@ -91,6 +92,11 @@ def test_load_counts_and_values(store: Neo4jStore) -> None:
 
 
 def test_reload_replaces_contents(bolt_uri: str, store: Neo4jStore) -> None:
+    small = SKB("small")
+    small.add_node(Node("only", "Thing", {"name": "only"}))
+    store.load(small)
+    assert store.labels() == ["Thing"]  # emptied types (ArcadeDB keeps them in db.labels()) are left out
+    assert store.schema().relations == []
     calls: list[tuple[int, int]] = []
     store.load(tiny_skb(), batch_size=4, progress=lambda d, t: calls.append((d, t)))
     total = len(tiny_skb().nodes) + len(tiny_skb().edges)
