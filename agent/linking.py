@@ -396,8 +396,9 @@ class EntityLinker:
         best: list[tuple[float, tuple[str, ...]]] = []
         matcher = difflib.SequenceMatcher(autojunk=False)
         matcher.set_seq2(target)
+        frame = self.lexicon.frame
         for cand in cands:
-            cset = set(cand)
+            cset = {t for t in cand if t not in frame} or set(cand)
             overlap = len(cset & target_set) / max(len(cset | target_set), 1)
             if overlap < 0.5:
                 continue
@@ -405,7 +406,7 @@ class EntityLinker:
             matcher.set_seq1(" ".join(cand))
             if matcher.real_quick_ratio() < self.fuzzy_threshold - 0.1:
                 continue
-            ratio = max(matcher.ratio(), _sorted_ratio(cand, content))
+            ratio = max(matcher.ratio(), _sorted_ratio(sorted(cset), content))
             score = 0.5 * ratio + 0.5 * overlap if overlap < 1.0 else max(ratio, 0.95)
             if score >= self.fuzzy_threshold:
                 best.append((score, cand))

@@ -1,0 +1,256 @@
+"""Information-content scoring on a hand-made ontology, and the offline planner's tool-call protocol."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from agent.offline_planner import OfflinePlanner, parse_plan, rank_targets, read_observations
+from agent.ontology_scoring import Annotation, build_model, find_annotation, find_hierarchy, model_for
+from agent.planning import predict_target_type, relation_paths
+from graphs.errors import PlannerError
+from graphs.model import SKB, Edge, Node
+
+# -- a tiny ontology, deliberately not HPO-named: Term/SUBCLASS_OF/ANNOTATED ------------------
+#
+#   R
+#   |-- A --- A1, A2
+#   '-- B --- B1
+# Items: I1 {A1}, I2 {A2}, I3 {B1}, I4 {A1, B1 (freq 0.2)}
+# Propagated counts over 4 items: R 4, A 3, B 2, A1 2, A2 1, B1 2
+# IC = -ln(count / 4): R 0, A ln(4/3), B ln 2, A1 ln 2, A2 ln 4, B1 ln 2
+
+
+def tiny_skb(reverse_hierarchy: bool = False) -> SKB:
+    skb = SKB("tiny")
+    for key in ["R", "A", "B", "A1", "A2", "B1"]:
+        skb.add_node(Node(key, "Term", {"name": f"term {key}"}))
+    for key in ["I1", "I2", "I3", "I4"]:
+        skb.add_node(Node(key, "Item", {"name": f"item {key}"}))
+    for child, parent in [("A", "R"), ("B", "R"), ("A1", "A"), ("A2", "A"), ("B1", "B")]:
+        if reverse_hierarchy:
+            skb.add_edge(Edge(parent, "HAS_CHILD", child))
+        else:
+            skb.add_edge(Edge(child, "SUBCLASS_OF", parent))
+    for item, term, props in [
+        ("I1", "A1", {}),
+        ("I2", "A2", {}),
+        ("I3", "B1", {}),
+        ("I4", "A1", {}),
+        ("I4", "B1", {"freq": 0.2}),
+    ]:
+        skb.add_edge(Edge(item, "ANNOTATED", term, props))
+    return skb
+
+
+IC = {"R": 0.0, "A": math.log(4 / 3), "B": math.log(2), "A1": math.log(2), "A2": math.log(4), "B1": math.log(2)}
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Any:
+    skb = tiny_skb()
+    model = model_for(skb, "Item", "Term")
+    assert model is not None
+    return skb, model
+
+
+def test_hierarchy_and_annotation_are_discovered_from_the_schema(tiny: Any) -> None:
+    skb, _ = tiny
+    assert find_hierarchy(skb, "Term") is not None
+    assert find_hierarchy(skb, "Term").narrow_to_broad == "out"  # type: ignore[union-attr]
+    assert find_hierarchy(skb, "Item") is None
+    assert find_annotation(skb.schema(), "Item", "Term") == Annotation("Item", "Term", "ANNOTATED", "out")
+    reverse = tiny_skb(reverse_hierarchy=True)
+    h = find_hierarchy(reverse, "Term")
+    assert h is not None and h.rel == "HAS_CHILD" and h.narrow_to_broad == "in"
+
+
+def test_information_content_matches_hand_computation(tiny: Any) -> None:
+    _, model = tiny
+    for key, expected in IC.items():
+        assert model.ic[model.term_index[key]] == pytest.approx(expected, abs=1e-6), key
+
+
+def test_reversed_hierarchy_gives_the_same_ic() -> None:
+    skb = tiny_skb(reverse_hierarchy=True)
+    model = build_model(skb, find_annotation(skb.schema(), "Item", "Term"), find_hierarchy(skb, "Term"))  # type: ignore[arg-type]
+    assert [float(model.ic[model.term_index[k]]) for k in IC] == pytest.approx(list(IC.values()), abs=1e-6)
+
+
+def _scores(model: Any, query: list[str], **kw: Any) -> dict[str, float]:
+    s = model.score(query, **kw)
+    return {t: float(s[model.target_index[t]]) for t in model.targets}
+
+
+def test_resnik_best_match_sum(tiny: Any) -> None:
+    _, model = tiny
+    s = _scores(model, ["A2"], frequency_mix=0.0, size_penalty=0.0)
+    # A2 vs I1: common ancestor A; vs I2: A2 itself; vs I3: only the root; vs I4: A
+    assert s == pytest.approx({"I1": IC["A"], "I2": IC["A2"], "I3": 0.0, "I4": IC["A"]}, abs=1e-6)
+    s = _scores(model, ["A1", "B1"], frequency_mix=0.0, size_penalty=0.0)
+    assert s == pytest.approx({"I1": IC["A1"], "I2": IC["A"], "I3": IC["B1"], "I4": IC["A1"] + IC["B1"]}, abs=1e-6)
+
+
+def test_query_term_more_general_than_annotation_matches_fully(tiny: Any) -> None:
+    _, model = tiny
+    s = _scores(model, ["A"], frequency_mix=0.0, size_penalty=0.0)
+    assert s["I1"] == s["I2"] == s["I4"] == pytest.approx(IC["A"]) and s["I3"] == 0.0
+
+
+def test_size_penalty_breaks_ties_toward_specific_targets(tiny: Any) -> None:
+    _, model = tiny
+    s = _scores(model, ["A1"], frequency_mix=0.0, size_penalty=0.5)
+    # I1 and I4 both match A1 exactly; I4 has two annotations
+    assert s["I1"] == pytest.approx(IC["A1"] - 0.5 * math.log(2))
+    assert s["I4"] == pytest.approx(IC["A1"] - 0.5 * math.log(3))
+    assert s["I1"] > s["I4"]
+
+
+def test_frequency_weight_scales_the_match(tiny: Any) -> None:
+    _, model = tiny
+    s = _scores(model, ["B1"], frequency_mix=1.0, size_penalty=0.0)
+    assert s["I3"] == pytest.approx(IC["B1"]) and s["I4"] == pytest.approx(0.2 * IC["B1"])
+
+
+def test_unknown_query_terms_score_zero(tiny: Any) -> None:
+    _, model = tiny
+    assert not np.any(model.score(["nope"]))
+
+
+def test_rank_targets_orders_candidates_and_ignores_other_labels(tiny: Any) -> None:
+    skb, _ = tiny
+    linked = [{"key": "A1", "label": "Term", "mention": "a1"}, {"key": "B1", "label": "Term", "mention": "b1"}]
+    paths = [[{"rel": "ANNOTATED", "direction": "in", "to_label": "Item"}]]
+    ranked = rank_targets(skb, "Item", linked, paths, ["I1", "I3", "I4", "A1", "missing"])
+    assert ranked[0][0] == "I4"  # matches both terms exactly; I1 and I3 match one each
+    assert ranked[1][1] == pytest.approx(ranked[2][1])
+    assert {k for k, _ in ranked} == {"I1", "I3", "I4"}
+
+
+# -- the planner protocol ------------------------------------------------------------------
+
+
+def _plan_message(skb: SKB, question: str, linked: list[dict[str, Any]], k: int = 50, rounds: int = 4) -> HumanMessage:
+    schema = skb.schema()
+    target = predict_target_type(question, schema)
+    sources = sorted({e["label"] for e in linked if e["label"] != target})
+    paths = [[s.model_dump() for s in p] for p in relation_paths(schema, sources, target or "", 2)]
+    plan = {
+        "question": question,
+        "linked_entities": linked,
+        "target_type": target,
+        "relation_paths": paths,
+        "k": 20,
+        "per_call_k": k,
+        "max_rounds": rounds,
+    }
+    return HumanMessage(f"Question: {question}\n<plan>{json.dumps(plan)}</plan>")
+
+
+APERT = "Which rare disease is characterized by brachyturricephaly, proptosis and cutaneous syndactyly of toes?"
+APERT_LINKED = [
+    {"key": "HP:0000244", "label": "Phenotype", "name": "Brachyturricephaly", "mention": "brachyturricephaly",
+     "score": 1.0, "method": "exact"},
+    {"key": "HP:0000520", "label": "Phenotype", "name": "Proptosis", "mention": "proptosis", "score": 1.0,
+     "method": "exact"},
+    {"key": "HP:0010621", "label": "Phenotype", "name": "Cutaneous syndactyly of toes",
+     "mention": "cutaneous syndactyly of toes", "score": 1.0, "method": "exact"},
+]  # fmt: skip
+
+
+def test_first_round_searches_each_entity_along_the_path_and_its_hierarchy(hpo_mini_skb: SKB) -> None:
+    planner = OfflinePlanner(SimpleNamespace(skb=hpo_mini_skb))
+    msgs: list[BaseMessage] = [SystemMessage("sys"), _plan_message(hpo_mini_skb, APERT, APERT_LINKED, k=7)]
+    reply = planner.bind_tools([]).invoke(msgs)
+    assert isinstance(reply, AIMessage)
+    calls = reply.tool_calls
+    along = [c for c in calls if c["name"] == "search_nodes" and c["args"]["rel_types"] == ["HAS_PHENOTYPE"]]
+    hier = [c for c in calls if c["name"] == "search_nodes" and c["args"]["rel_types"] == ["IS_A"]]
+    assert [c["args"]["keys"] for c in along] == [[e["key"]] for e in APERT_LINKED]
+    assert all(c["args"]["direction"] == "in" and c["args"]["target_label"] == "Disease" for c in along)
+    assert all(c["args"]["limit"] == 7 for c in along + hier)
+    assert [c["args"]["keys"] for c in hier] == [[e["key"]] for e in APERT_LINKED]
+    assert all(c["args"]["direction"] == "both" and c["args"]["target_label"] == "Phenotype" for c in hier)
+    sem = [c for c in calls if c["name"] == "semantic_search"]
+    assert len(sem) == 1 and sem[0]["args"]["label"] == "Disease"
+    assert len({c["id"] for c in calls}) == len(calls)
+
+
+def test_planner_without_plan_block_fails_clearly(hpo_mini_skb: SKB) -> None:
+    with pytest.raises(PlannerError, match="<plan>"):
+        parse_plan([HumanMessage("no plan here")])
+    with pytest.raises(PlannerError, match="not valid JSON"):
+        parse_plan([HumanMessage("<plan>{oops</plan>")])
+
+
+def test_one_round_budget_finishes_immediately(hpo_mini_skb: SKB) -> None:
+    planner = OfflinePlanner(SimpleNamespace(skb=hpo_mini_skb))
+    reply = planner.invoke([_plan_message(hpo_mini_skb, APERT, APERT_LINKED, rounds=1)])
+    assert [c["name"] for c in reply.tool_calls] == ["finish"]  # type: ignore[attr-defined]
+    assert reply.tool_calls[0]["args"]["keys"] == []  # type: ignore[attr-defined]  # no tool results, no candidates
+
+
+def _run_tools(tools: dict[str, Any], reply: AIMessage, question: str, step: int) -> list[ToolMessage]:
+    out = []
+    for call in reply.tool_calls:
+        args = {**call["args"], "step": step, "question": question}
+        out.append(
+            tools[call["name"]].invoke({"type": "tool_call", "id": call["id"], "name": call["name"], "args": args})
+        )
+    return out
+
+
+@pytest.mark.integration
+def test_full_protocol_with_real_tools(hpo_bundle: Any) -> None:
+    """Round 0 search -> round 1 hierarchy expansion -> finish, against the real tools and store."""
+    from tools import make_tools
+
+    tools = {t.name: t for t in make_tools(hpo_bundle, lambda: APERT)}
+    planner = OfflinePlanner(hpo_bundle)
+    msgs: list[BaseMessage] = [_plan_message(hpo_bundle.skb, APERT, APERT_LINKED)]
+    names_per_round = []
+    for step in range(1, 5):
+        reply = planner.invoke(msgs)
+        names_per_round.append(sorted({c["name"] for c in reply.tool_calls}))
+        msgs.append(reply)
+        if any(c["name"] == "finish" for c in reply.tool_calls):
+            break
+        msgs.extend(_run_tools(tools, reply, APERT, step))
+    assert names_per_round[0] == ["search_nodes", "semantic_search"]
+    assert names_per_round[1] == ["search_nodes"]  # hierarchy neighbours along HAS_PHENOTYPE
+    assert names_per_round[-1] == ["finish"]
+    finish = msgs[-1].tool_calls[0]["args"]  # type: ignore[attr-defined]
+    assert finish["keys"][0] == "OMIM:101200"
+    assert finish["scores"] == sorted(finish["scores"], reverse=True)
+    seen = {t["dst"] for m in msgs if isinstance(m, ToolMessage) for t in json.loads(str(m.content)).get("triples", [])}
+    seen |= {
+        t["src"] for m in msgs if isinstance(m, ToolMessage) for t in json.loads(str(m.content)).get("triples", [])
+    }
+    seen |= {h["key"] for m in msgs if isinstance(m, ToolMessage) for h in json.loads(str(m.content)).get("hits", [])}
+    assert set(finish["keys"]) <= seen  # candidates come from tool results only
+    obs = read_observations(msgs)
+    assert obs.rounds == len(names_per_round)
+
+
+@pytest.mark.integration
+def test_gene_question_scores_genes_through_their_diseases(hpo_bundle: Any) -> None:
+    from tools import make_tools
+
+    question = "Which gene is most likely implicated in a patient with brachyturricephaly, proptosis and cutaneous syndactyly of toes?"
+    tools = {t.name: t for t in make_tools(hpo_bundle, lambda: question)}
+    planner = OfflinePlanner(hpo_bundle)
+    msgs: list[BaseMessage] = [_plan_message(hpo_bundle.skb, question, APERT_LINKED)]
+    for step in range(1, 5):
+        reply = planner.invoke(msgs)
+        msgs.append(reply)
+        if any(c["name"] == "finish" for c in reply.tool_calls):
+            break
+        msgs.extend(_run_tools(tools, reply, question, step))
+    finish = msgs[-1].tool_calls[0]["args"]  # type: ignore[attr-defined]
+    assert finish["keys"][0] == "FGFR2"
