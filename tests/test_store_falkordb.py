@@ -337,3 +337,39 @@ def test_awkward_values_round_trip(server: FalkorDBServer) -> None:
     assert [t.props["w"] for t in st.neighbors(["k2"])] == [weird]
     with pytest.raises(CypherValidationError, match="parameters"):
         st.query("RETURN $p", {"p": {"": 1}})
+
+
+def test_sigterm_to_the_owner_stops_its_server(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from graphs.store.falkordb_store import FalkorDBServer\n"
+        "srv = FalkorDBServer(Path(sys.argv[1])).start()\n"
+        "print(srv.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    owner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=root)
+    server_pid = 0
+    try:
+        assert owner.stdout is not None
+        server_pid = int(owner.stdout.readline())
+        assert _pid_alive(server_pid)
+        owner.send_signal(signal.SIGTERM)
+        assert owner.wait(timeout=60) == -signal.SIGTERM
+        deadline = time.monotonic() + 30
+        while _pid_alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(server_pid)
+        assert not (tmp_path / STATE_FILE).exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        if server_pid and _pid_alive(server_pid):
+            os.kill(server_pid, signal.SIGKILL)  # never leave a server behind when the test fails

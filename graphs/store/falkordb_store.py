@@ -129,6 +129,33 @@ def _stop_all_started() -> None:
 
 atexit.register(_stop_all_started)
 
+_SIGTERM_HOOKED = False
+
+
+def _hook_sigterm() -> None:
+    """Stop our servers on SIGTERM too: Python skips atexit handlers when a signal kills it.
+
+    Installed only over the default disposition and only from the main thread, so an
+    application's own SIGTERM handling is never replaced; afterwards the default
+    action is restored and the signal re-sent, so the process still dies as asked.
+    """
+    global _SIGTERM_HOOKED
+    if _SIGTERM_HOOKED or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            _stop_all_started()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        _SIGTERM_HOOKED = True
+    except (ValueError, OSError):  # not the main interpreter thread / unsupported platform
+        return
+
 
 class FalkorDBServer:
     """Lifecycle of one redis-server + FalkorDB module serving `data_dir`.
@@ -434,6 +461,7 @@ class FalkorDBServer:
         )
         with _STARTED_LOCK:
             _STARTED.add(self)
+        _hook_sigterm()
 
 
 class _PortInUse(Exception):
