@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
 
 from agent.config import AgentConfig
 from agent.graph import AgentGraph
@@ -14,8 +17,6 @@ from agent.results import AgentResult
 from graphs.errors import ConfigError, PlannerError
 
 if TYPE_CHECKING:
-    from langgraph.graph.state import CompiledStateGraph
-
     from graphs.bundle import IndexBundle
 
 
@@ -41,6 +42,37 @@ def build_agent(
     return AgentGraph(bundle, config or AgentConfig(), chat_model).compile(**compile_kwargs)
 
 
+_CACHE_LOCK = threading.Lock()
+_CACHE: OrderedDict[tuple[int, str], tuple[Any, CompiledStateGraph[Any, Any, Any, Any]]] = OrderedDict()
+#: Compiled agents kept (a few bundles x configs); bounded because each holds its bundle alive.
+CACHE_SIZE = 8
+
+
+def _cached_agent(bundle: IndexBundle, config: AgentConfig | None) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """One compiled agent per (bundle, config): evals ask thousands of questions with one config,
+    and the graph keeps its planner model and entity linker between them."""
+    cfg = config or AgentConfig()
+    key = (id(bundle), cfg.model_dump_json())
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is bundle:
+            _CACHE.move_to_end(key)
+            return hit[1]
+        graph = build_agent(cfg, bundle)
+        _CACHE[key] = (bundle, graph)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return graph
+
+
+def _agent_for(
+    bundle: IndexBundle, config: AgentConfig | None, chat_model: BaseChatModel | None
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    if chat_model is not None:
+        return build_agent(config, bundle, chat_model=chat_model)
+    return _cached_agent(bundle, config)
+
+
 def _result(state: dict[str, Any]) -> AgentResult:
     result = state.get("result")
     if not isinstance(result, AgentResult):
@@ -57,7 +89,7 @@ def ask(
     run_config: RunnableConfig | None = None,
 ) -> AgentResult:
     """Answer one question: the ranked k + k' context with provenance and an answer message."""
-    graph = build_agent(config, bundle, chat_model=chat_model)
+    graph = _agent_for(bundle, config, chat_model)
     return _result(graph.invoke({"question": question}, run_config))
 
 
@@ -69,5 +101,5 @@ async def aask(
     chat_model: BaseChatModel | None = None,
     run_config: RunnableConfig | None = None,
 ) -> AgentResult:
-    graph = build_agent(config, bundle, chat_model=chat_model)
+    graph = _agent_for(bundle, config, chat_model)
     return _result(await graph.ainvoke({"question": question}, run_config))

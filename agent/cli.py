@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from langchain_core.runnables import RunnableConfig
 from rich.console import Console
 from rich.table import Table
 
@@ -29,6 +30,16 @@ def _fail(exc: SKBError) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
+    """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on."""
+    try:
+        from agent.tracing import callbacks_for
+    except ImportError:
+        return {}
+    callbacks = callbacks_for(index_dir, enabled=trace)
+    return {"callbacks": callbacks, "run_name": "skb ask"} if callbacks else {}
+
+
 @app.command("ask")
 def ask_command(
     question: Annotated[str, typer.Argument(help="the question, in natural language")],
@@ -39,6 +50,9 @@ def ask_command(
     policy: Annotated[str, typer.Option(help="always | skip-when-explicit-edges | never")] = "skip-when-explicit-edges",
     max_rounds: Annotated[int | None, typer.Option(help="planner rounds T", min=1, max=50)] = None,
     model: Annotated[str | None, typer.Option(help="LLM model name (planner openai)")] = None,
+    trace: Annotated[
+        bool | None, typer.Option("--trace/--no-trace", help="record a local trace (default: on unless SKB_TRACING=0)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the AgentResult as JSON")] = False,
 ) -> None:
     """Ask a question; prints the ranked k + k' context with provenance and the answer."""
@@ -64,7 +78,7 @@ def ask_command(
         except ValidationError as exc:
             raise ConfigError(f"invalid option: {exc}") from exc
         with IndexBundle.open(index_dir) as bundle:
-            result = ask(question, bundle=bundle, config=config)
+            result = ask(question, bundle=bundle, config=config, run_config=_run_config(index_dir, trace))
     except SKBError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -89,13 +103,31 @@ def ask_command(
 
 
 # -- commands registered by other packages ------------------------------------------------------
+# Each optional module registers itself only when it is importable, so one package in flight
+# never breaks `skb ask`.
 from graphs.cli import register as _register_graphs
 
 _register_graphs(app)
 
-try:  # evals/cli.py is optional until the eval harness lands
-    from evals.cli import eval_app as _eval_app
-except ImportError:
-    pass
-else:
-    app.add_typer(_eval_app, name="eval")
+
+def _mount(module: str, attr: str, name: str) -> None:
+    import importlib
+
+    if any(group.name == name for group in app.registered_groups) or any(
+        command.name == name for command in app.registered_commands
+    ):
+        return  # already registered (e.g. by graphs.cli.register)
+    try:
+        target = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return
+    if isinstance(target, typer.Typer):
+        app.add_typer(target, name=name)
+    else:
+        app.command(name)(target)
+
+
+_mount("evals.cli", "eval_app", "eval")
+_mount("graphs.sage_cli", "graph_app", "graph")
+_mount("agent.trace_cli", "trace_app", "trace")
+_mount("agent.mcp_server", "mcp_command", "mcp")

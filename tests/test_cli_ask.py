@@ -45,7 +45,9 @@ def _script(stub: Stub) -> None:
 def test_ask_json_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) -> None:
     _script(openai_stub)
     args = ["ask", "Which disease is Marfan syndrome?", "--index-dir", str(hpo_index_dir), "--planner", "openai"]
-    result = runner.invoke(app, [*args, "--model", "stub-model", "--policy", "never", "--k", "2", "--json"])
+    result = runner.invoke(
+        app, [*args, "--model", "stub-model", "--policy", "never", "--k", "2", "--json", "--no-trace"]
+    )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["question"] == "Which disease is Marfan syndrome?"
@@ -55,11 +57,24 @@ def test_ask_json_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) ->
     assert openai_stub.requests[1]["body"]["model"] == "stub-model"
 
 
-def test_ask_table_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) -> None:
+def test_ask_table_with_openai_planner_and_trace(
+    openai_stub: Stub, hpo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.tracing import TraceStore
+
+    from rich.console import Console
+
+    db = tmp_path / "traces.sqlite"
+    monkeypatch.setenv("SKB_TRACE_DB", str(db))
+    monkeypatch.setattr("agent.cli.console", Console(width=200))  # wide enough that no cell wraps
     _script(openai_stub)
     args = ["ask", "Which disease is Marfan syndrome?", "--index-dir", str(hpo_index_dir), "--planner", "openai"]
-    result = runner.invoke(app, [*args, "--policy", "never"], terminal_width=200)
+    result = runner.invoke(app, [*args, "--policy", "never", "--trace"])
     assert result.exit_code == 0, result.stderr
     assert "OMIM:154700" in result.stdout and "Marfan syndrome" in result.stdout
     assert "semantic_search@1" in result.stdout
     assert "[OMIM:154700]" in result.stdout  # the answer cites keys
+    traces = TraceStore(db).list_traces()
+    assert len(traces) == 1
+    assert traces[0].name == "skb ask"
+    assert traces[0].llm_calls == 3 and traces[0].tool_calls == 2

@@ -8,9 +8,12 @@ while letting the agent (or a direct caller) pass them, so tools stay stateless 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
+import numpy as np
 from langchain_core.tools import InjectedToolArg
 from pydantic import BaseModel
 
@@ -63,6 +66,30 @@ def node_label_name(bundle: IndexBundle, key: str) -> tuple[str, str]:
 def schema_of(bundle: IndexBundle) -> GraphSchema:
     """The bundle's graph schema (computed once and cached by the bundle)."""
     return bundle.schema()
+
+
+_QUERY_CACHE_SIZE = 512
+_query_lock = threading.Lock()
+_query_cache: OrderedDict[tuple[int, str], tuple[object, np.ndarray]] = OrderedDict()
+
+
+def embed_query(bundle: IndexBundle, text: str) -> np.ndarray:
+    """The query vector, memoised: one agent run ranks many tool results against the same question,
+    and a MiniLM forward pass costs far more than a lookup."""
+    embedder = bundle.embedder
+    key = (id(embedder), text)
+    with _query_lock:
+        hit = _query_cache.get(key)
+        if hit is not None and hit[0] is embedder:
+            _query_cache.move_to_end(key)
+            return hit[1]
+    vector = np.asarray(embedder.embed_query(text), dtype=np.float32)
+    vector.setflags(write=False)
+    with _query_lock:
+        _query_cache[key] = (embedder, vector)
+        while len(_query_cache) > _QUERY_CACHE_SIZE:
+            _query_cache.popitem(last=False)
+    return vector
 
 
 def question_for(question: str | None, getter: QuestionGetter | None) -> str | None:

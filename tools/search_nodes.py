@@ -15,6 +15,7 @@ from pydantic import Field
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
+    embed_query,
     error_payload,
     label_hint,
     node_label_name,
@@ -54,7 +55,7 @@ def _neighbor_key(src: str, dst: str, seeds: set[str]) -> str:
 
 def make_search_nodes(bundle: IndexBundle, question_getter: QuestionGetter | None = None) -> BaseTool:
     def relevance(keys: list[str], question: str) -> dict[str, float]:
-        qvec = bundle.embedder.embed_query(question)
+        qvec = embed_query(bundle, question)
         scores: dict[str, float] = {}
         for key in keys:
             try:

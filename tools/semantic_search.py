@@ -9,6 +9,7 @@ from pydantic import Field
 
 from tools.common import (
     InjectedArgs,
+    embed_query,
     error_payload,
     label_hint,
     provenance,
@@ -44,7 +45,7 @@ def make_semantic_search(bundle: IndexBundle) -> BaseTool:
             return tool_output(
                 error_payload(NAME, step, query, "unknown_label", f"no node label {label!r}", label_hint(schema))
             )
-        vector = bundle.embedder.embed_query(text)
+        vector = embed_query(bundle, text)
         hits = bundle.hnsw.search(vector, k, label=label)
         rows = []
         for key, score in hits:
