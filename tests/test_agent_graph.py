@@ -285,3 +285,11 @@ def test_sage_expansion_adds_k_prime_neighbors(hpo_bundle: Any) -> None:
 
     never, _ = run(hpo_bundle, list(script), question, config(policy="never", k_prime=2))
     assert [i.origin for i in never.context] == ["seed"]
+
+
+def test_ask_reuses_one_compiled_agent_per_bundle_and_config(hpo_bundle: Any) -> None:
+    from agent.api import _cached_agent
+
+    first = _cached_agent(hpo_bundle, config(k=7))
+    assert _cached_agent(hpo_bundle, config(k=7)) is first
+    assert _cached_agent(hpo_bundle, config(k=8)) is not first
