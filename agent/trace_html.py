@@ -228,8 +228,9 @@ def _run_html(run: TraceRun, depth: int, steps_by_run: dict[str, ToolStep]) -> s
 
 def _question(tree: TraceRun) -> str | None:
     inputs = tree.inputs if isinstance(tree.inputs, dict) else {}
-    if isinstance(inputs.get("question"), str):
-        return str(inputs["question"])
+    for key in ("question", "input"):
+        if isinstance(inputs.get(key), str):
+            return str(inputs[key])
     for msg in reversed(inputs.get("messages") or []):
         if (
             isinstance(msg, dict)
