@@ -241,3 +241,20 @@ def test_real_model_edges_join_phenotypes_of_the_same_group(minilm: object) -> N
     strict = build_similarity_edges(skb, None, minilm, SimilarityConfig(percentile=80, knn=4, logic="and"))  # type: ignore[arg-type]
     assert _pairs(strict) <= _pairs(sim)
     assert strict.count < sim.count
+
+
+def test_hnsw_candidates_match_exact_knn_on_a_larger_set() -> None:
+    from graphs.sage import _knn_pairs
+
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(12, 32))
+    vecs = centres[rng.integers(0, 12, size=800)] + 0.3 * rng.normal(size=(800, 32))
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    src, dst = _knn_pairs(vecs, 10)  # 800 >= the exact-scan cut-off: hnswlib path
+    assert len(src) == 800 * 10 and not np.any(src == dst)
+    sims = vecs @ vecs.T
+    np.fill_diagonal(sims, -np.inf)
+    exact = np.argsort(-sims, axis=1)[:, :10]
+    want = {(i, int(j)) for i in range(800) for j in exact[i]}
+    got = set(zip(src.tolist(), dst.tolist(), strict=True))
+    assert len(got & want) / len(want) > 0.97
