@@ -41,7 +41,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
-from agent.ontology_scoring import AnnotationModel, find_hierarchy, model_for
+from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for
 from graphs.errors import PlannerError
 from graphs.model import SKB
 
@@ -128,31 +128,22 @@ def read_observations(messages: Sequence[BaseMessage]) -> Observations:
 
 
 def _via_intermediate(
-    skb: SKB, mid_model: AnnotationModel, query: Sequence[str], step_rel: str, step_dir: str, targets: Sequence[str]
+    skb: SKB, mid_model: AnnotationModel, query: Sequence[str], step_rel: str, target: str, targets: Sequence[str]
 ) -> dict[str, float]:
-    """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases).
-
-    ``step_rel``/``step_dir`` is the hop from intermediate to target as the plan walks it.
-    """
+    """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases)."""
     mid_scores = mid_model.score(query)
-    floor = float(mid_scores.min()) if len(mid_scores) else 0.0
+    shifted = (mid_scores - float(mid_scores.min()) + 1e-6).astype(np.float32)
+    links = link_matrix(skb, step_rel, target, mid_model)
+    rows = [links.row_index.get(k, -1) for k in targets]
+    present = [i for i, r in enumerate(rows) if r >= 0]
     out: dict[str, float] = {}
-    for key in targets:
-        # the hop from target back to the intermediate is the reverse direction
-        edges = skb.in_edges(key) if step_dir == "out" else skb.out_edges(key)
-        best = None
-        for edge in edges:
-            if edge.rel != step_rel:
-                continue
-            other = edge.src if step_dir == "out" else edge.dst
-            idx = mid_model.target_index.get(other)
-            if idx is None:
-                continue
-            val = float(mid_scores[idx])
-            if best is None or val > best:
-                best = val
-        if best is not None:
-            out[key] = best - floor
+    if not present:
+        return out
+    sub = links.matrix[[rows[i] for i in present]]
+    best = np.asarray(sub.multiply(shifted[np.newaxis, :]).tocsr().max(axis=1).todense()).ravel()
+    for i, val in zip(present, best):
+        if val > 0:
+            out[targets[i]] = float(val)
     return out
 
 
@@ -188,6 +179,7 @@ def rank_targets(
     candidates: Sequence[str],
     semantic: Mapping[str, float] | None = None,
     support: Mapping[str, float] | None = None,
+    top: int | None = None,
 ) -> list[tuple[str, float]]:
     """Rank candidate target keys for the linked entities.
 
@@ -212,9 +204,8 @@ def rank_targets(
         if model is not None and model.term_ids(keys):
             all_scores = model.score(keys)
             floor = float(all_scores.min())
-            direct = np.array(
-                [float(all_scores[model.target_index[c]]) - floor if c in model.target_index else 0.0 for c in cands]
-            )
+            idx = np.array([model.target_index.get(c, -1) for c in cands])
+            direct = np.where(idx >= 0, all_scores[np.maximum(idx, 0)] - floor, 0.0)
         via: dict[str, float] | None = None
         for path in paths:
             if len(path) != 2 or path[-1].get("to_label") != target:
@@ -225,7 +216,7 @@ def rank_targets(
                 continue
             if model is not None and mid_model.mean_annotations() >= model.mean_annotations():
                 continue  # the intermediate is not finer-grained than the target
-            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), str(path[1]["direction"]), cands)
+            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands)
             break
         if via:
             vals = np.array([via.get(c, 0.0) for c in cands])
@@ -242,7 +233,7 @@ def rank_targets(
     final = total + 1e-4 * np.tanh(sup) + 1e-6 * sem
     if not scored.any():
         final = sup + 0.1 * sem
-    order = np.argsort(-final, kind="stable")
+    order = np.argsort(-final, kind="stable")[:top]
     return [(cands[i], round(float(final[i]), 6)) for i in order]
 
 
@@ -427,7 +418,7 @@ class OfflinePlanner(BaseChatModel):
             ]
             if not mids:
                 continue
-            ranked = rank_targets(skb, mid, linked, [path[:1]], mids)
+            ranked = rank_targets(skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS)
             seeds = [key for key, _ in ranked[:SECOND_HOP_SEEDS]]
             if seeds:
                 calls.append(
@@ -466,7 +457,7 @@ class OfflinePlanner(BaseChatModel):
                 candidates.append(key)
                 semantic[key] = max(semantic.get(key, -1.0), float(h.get("score") or 0.0))
         if target:
-            ranked = rank_targets(skb, str(target), linked, paths, candidates, semantic, support)
+            ranked = rank_targets(skb, str(target), linked, paths, candidates, semantic, support, top=self.finish_keys)
         else:
             pool = {c: support.get(c, 0.0) + 0.1 * semantic.get(c, 0.0) for c in dict.fromkeys(candidates)}
             ranked = sorted(pool.items(), key=lambda kv: -kv[1])

@@ -145,19 +145,24 @@ class AnnotationModel:
         Resnik best match: max over common ancestors c of the query term and any of the target's
         annotations of IC(c), optionally multiplied by the annotation's frequency weight.
         """
-        out = np.zeros((len(query_terms), len(self.targets)), dtype=np.float32)
+        return self._best_matches(query_terms)[1 if weighted else 0]
+
+    def _best_matches(self, query_terms: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Unweighted and frequency-weighted best matches in one pass over the ancestors."""
+        plain = np.zeros((len(query_terms), len(self.targets)), dtype=np.float32)
+        weighted = np.zeros_like(plain)
         prop = self.propagated
         for qi, term in enumerate(query_terms):
-            row = out[qi]
+            row, wrow = plain[qi], weighted[qi]
             for c in self.ancestors_of(term):
-                ic = self.ic[c]
+                ic = float(self.ic[c])
                 if ic <= 0.0:
                     break
                 lo, hi = prop.indptr[c], prop.indptr[c + 1]
-                rows = prop.indices[lo:hi]
-                vals = ic * prop.data[lo:hi] if weighted else np.full(hi - lo, ic, dtype=np.float32)
-                np.maximum.at(row, rows, vals.astype(np.float32))
-        return out
+                rows = prop.indices[lo:hi]  # unique within a column: plain fancy assignment is safe
+                row[rows] = np.maximum(row[rows], ic)
+                wrow[rows] = np.maximum(wrow[rows], ic * prop.data[lo:hi])
+        return plain, weighted
 
     def target_to_query(self, query_terms: Sequence[int]) -> np.ndarray:
         """(n_targets,): mean over a target's direct annotations of their best IC match in the query."""
@@ -193,9 +198,10 @@ class AnnotationModel:
         qids = list(dict.fromkeys(self.term_ids(query_keys)))
         if not qids:
             return np.zeros(len(self.targets), dtype=np.float32)
-        agg = self.query_to_target(qids, weighted=False).sum(axis=0)
+        plain, weighted = self._best_matches(qids)
+        agg = plain.sum(axis=0)
         if frequency_mix:
-            agg = (1.0 - frequency_mix) * agg + frequency_mix * self.query_to_target(qids, weighted=True).sum(axis=0)
+            agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
         if size_penalty:
             agg = agg - size_penalty * self.log_sizes
         if symmetric:
@@ -345,3 +351,44 @@ def model_for(skb: SKB, target_label: str, term_label: str) -> AnnotationModel |
             model = build_model(skb, annotation, find_hierarchy(skb, term_label))
         per[(target_label, term_label)] = model
         return model
+
+
+@dataclass
+class LinkMatrix:
+    """Adjacency between two labels along one relation: rows ``rows`` keys, columns a model's targets."""
+
+    row_index: dict[str, int]
+    matrix: sparse.csr_matrix
+
+
+_LINKS: weakref.WeakKeyDictionary[SKB, dict[tuple[str, str, str, str], LinkMatrix]] = weakref.WeakKeyDictionary()
+
+
+def link_matrix(skb: SKB, rel: str, row_label: str, col_model: AnnotationModel) -> LinkMatrix:
+    """Cached sparse adjacency from ``row_label`` nodes to ``col_model``'s targets over ``rel`` (either direction)."""
+    cache_key = (rel, row_label, col_model.annotation.target_label, col_model.annotation.term_label)
+    with _CACHE_LOCK:
+        per = _LINKS.setdefault(skb, {})
+        hit = per.get(cache_key)
+        if hit is not None:
+            return hit
+        rows_keys = [n.key for n in skb.nodes.values() if n.label == row_label]
+        row_index = {k: i for i, k in enumerate(rows_keys)}
+        r: list[int] = []
+        c: list[int] = []
+        for edge in skb.edges:
+            if edge.rel != rel:
+                continue
+            for a, b in ((edge.src, edge.dst), (edge.dst, edge.src)):
+                ri, ci = row_index.get(a), col_model.target_index.get(b)
+                if ri is not None and ci is not None:
+                    r.append(ri)
+                    c.append(ci)
+        mat = sparse.csr_matrix(
+            (np.ones(len(r), dtype=np.float32), (np.array(r, dtype=np.int64), np.array(c, dtype=np.int64))),
+            shape=(len(rows_keys), len(col_model.targets)),
+        )
+        mat.sum_duplicates()
+        mat.data[:] = 1.0
+        per[cache_key] = result = LinkMatrix(row_index, mat)
+        return result
