@@ -289,20 +289,20 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
         q_parts.append(f'<div class="label err">error</div><pre>{_e(tree.error)}</pre>')
 
     if usage:
-        rows = "".join(
+        stage_rows = "".join(
             f'<tr><td>{_e(stage)}</td><td class="num">{u.llm_calls}</td><td class="num">{u.prompt_tokens}</td>'
             f'<td class="num">{u.completion_tokens}</td></tr>'
             for stage, u in sorted(usage.items())
         )
         stage_table = (
             "<table><tr><th>stage</th><th>LLM calls</th><th>prompt tokens</th><th>completion tokens</th></tr>"
-            f"{rows}</table>"
+            f"{stage_rows}</table>"
         )
     else:
         stage_table = "<p>No LLM calls in this trace (offline planner or cached).</p>"
 
     if steps:
-        rows = []
+        rows: list[str] = []
         for s in steps:
             keys = " ".join(f"<code>{_e(k)}</code>" for k in s.keys[:_MAX_KEYS_SHOWN])
             if len(s.keys) > _MAX_KEYS_SHOWN:

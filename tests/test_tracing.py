@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -283,7 +283,7 @@ def test_trace_cli_list_show_html(agent_graph: Any, tmp_path: Path) -> None:
 
 
 class _Capture(BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    bodies: ClassVar[list[bytes]] = []
 
     def _reply(self) -> None:
         length = int(self.headers.get("content-length") or 0)

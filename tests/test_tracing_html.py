@@ -38,7 +38,12 @@ def traced(hpo_bundle: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[L
     def session(question: str) -> dict[str, Any]:
         state = graph.invoke({"question": question})
         rows = tools["cypher"].invoke(
-            {"type": "tool_call", "id": "c1", "name": "cypher", "args": {"query": CYPHER, "params": {"key": "HP:0000520"}}}
+            {
+                "type": "tool_call",
+                "id": "c1",
+                "name": "cypher",
+                "args": {"query": CYPHER, "params": {"key": "HP:0000520"}},
+            }
         )
         hits = tools["semantic_search"].invoke({"text": "bulging eyes", "k": 3})
         return {"answer": state["result"].answer, "cypher": rows.content, "hits": hits}

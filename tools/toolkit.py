@@ -59,13 +59,13 @@ class SKBToolkit(BaseToolkit):
 
     def __init__(self, index_dir_or_bundle: Path | str | IndexBundle, **kwargs: Any) -> None:
         owns = isinstance(index_dir_or_bundle, str | Path)
-        if owns:
+        if isinstance(index_dir_or_bundle, str | Path):
             from graphs.bundle import IndexBundle
 
-            bundle = IndexBundle.open(Path(index_dir_or_bundle))
+            bundle: Any = IndexBundle.open(Path(index_dir_or_bundle))
         else:
             bundle = index_dir_or_bundle
-        super().__init__(bundle=bundle, **kwargs)
+        super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]  # pydantic fields
         self._owns_bundle = owns
 
     # -- tools -------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         out = schema.model_json_schema()
     else:
-        out = dict(schema)
+        out = dict(schema)  # type: ignore[arg-type]  # a JSON-schema dict already
     out.pop("title", None)
     out.setdefault("type", "object")
     out.setdefault("properties", {})
