@@ -73,6 +73,8 @@ FRAME_WORDS = frozenset(
     drug drugs medication medications medicine medicines treatment treatments product products item items
     paper papers article articles publication publications
     following combination together plus along alongside both either
+    son daughter brother sister mother father parent parents sibling siblings toddler teenager teen
+    year years month months week weeks day days old age aged since birth born now currently
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
