@@ -23,6 +23,7 @@ import os
 import queue
 import sqlite3
 import threading
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ MAX_STRING_CHARS = 8_000
 MAX_LIST_ITEMS = 200
 MAX_DEPTH = 24
 MAX_PAYLOAD_CHARS = 400_000
+COMPRESS_OVER = 2_048
 _SCHEMA_VERSION = 1
 
 
@@ -173,11 +175,38 @@ def _to_jsonable_container(value: Any, max_string: int, depth: int, seen: set[in
     return _truncate(repr(value), 300)
 
 
-def _dump_payload(value: Any) -> str | None:
-    """JSON text of a run payload, capped at MAX_PAYLOAD_CHARS (a preview replaces anything larger)."""
+def _fast_default(obj: Any) -> Any:
+    """One level of conversion for the C encoder (it recurses into what this returns)."""
+    if hasattr(obj, "type") and hasattr(obj, "content") and hasattr(obj, "additional_kwargs"):
+        return _message_dict(obj)
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, UUID | Path | set | frozenset | tuple | bytes | bytearray | _dt.datetime | _dt.date):
+        return to_jsonable(obj)
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):
+        return obj.tolist()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return _truncate(repr(obj), 300)
+
+
+def _dump_payload(value: Any, *, compact: bool = False) -> str | None:
+    """JSON text of a run payload, capped at MAX_PAYLOAD_CHARS (a preview replaces anything larger).
+
+    The fast path lets the C encoder walk plain dicts/lists/strings and converts only foreign
+    objects (messages, models, arrays); it runs on the agent's thread for every run, so it must be
+    cheap. ``compact=True`` (LLM runs) or a failing/oversized fast path uses `to_jsonable` throughout,
+    which also shortens serialised messages and cuts long strings and lists."""
     if value is None:
         return None
-    text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
+    text: str | None = None
+    if not compact:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=_fast_default)
+        except (TypeError, ValueError, RecursionError):
+            text = None
+    if text is None or len(text) > MAX_PAYLOAD_CHARS:
+        text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
     if len(text) > MAX_PAYLOAD_CHARS:
         text = json.dumps({"_truncated": True, "chars": len(text), "preview": text[: MAX_PAYLOAD_CHARS // 4]})
     return text
@@ -343,13 +372,15 @@ class TraceStore:
         self.upsert_many([row])
 
     def upsert_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert or replace runs by id, in one transaction (a run is written at start and again at end)."""
+        """Insert or replace runs by id, in one transaction (a run is written at start and again at end).
+        JSON payloads over COMPRESS_OVER chars are stored zlib-compressed (LangGraph node inputs carry
+        the whole state, so an agent run would otherwise cost ~0.3 MB)."""
         sql = (
             f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
             f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _COLUMNS if c != 'id')}"
         )
         with self._lock:
-            self._conn.executemany(sql, [[row.get(col) for col in _COLUMNS] for row in rows])
+            self._conn.executemany(sql, [[_pack(col, row.get(col)) for col in _COLUMNS] for row in rows])
             self._conn.commit()
 
     def close(self) -> None:
@@ -454,12 +485,24 @@ class TraceStore:
         }
 
 
+def _pack(col: str, value: Any) -> Any:
+    if col in _JSON_COLUMNS and isinstance(value, str) and len(value) > COMPRESS_OVER:
+        return zlib.compress(value.encode("utf-8"), 6)
+    return value
+
+
+def _unpack(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = zlib.decompress(value).decode("utf-8")
+    return json.loads(value) if value else None
+
+
 def _row_to_run(row: sqlite3.Row) -> TraceRun:
     data: dict[str, Any] = {}
     for col in _COLUMNS:
         value = row[col]
         if col in _JSON_COLUMNS:
-            value = json.loads(value) if value else None
+            value = _unpack(value)
         data[col] = value
     data["extra"] = data.get("extra") or {}
     data["tags"] = data.get("tags") or []
@@ -647,8 +690,8 @@ class LocalTracer(BaseTracer):
                 "name": run.name or run_type,
                 "run_type": run_type,
                 "status": status,
-                "inputs": _dump_payload(run.inputs),
-                "outputs": _dump_payload(run.outputs) if status != "running" else None,
+                "inputs": _dump_payload(run.inputs, compact=run_type == "llm"),
+                "outputs": _dump_payload(run.outputs, compact=run_type == "llm") if status != "running" else None,
                 "error": _truncate(run.error, 20_000) if run.error else None,
                 "start_time": _iso(run.start_time),
                 "end_time": _iso(run.end_time) if status != "running" else None,

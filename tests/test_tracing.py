@@ -170,8 +170,13 @@ def test_agent_run_is_recorded_as_a_langsmith_shaped_tree(agent_graph: Any, tmp_
     # the tool output carries the JSON payload (artifact) the agent saw
     finish = [t for t in tools if t.name == "finish"][-1]
     assert finish.outputs["output"]["artifact"]["keys"][0] == state["result"].context[0].key
-    # the root's outputs hold the AgentResult
+    # the root's outputs hold the AgentResult (stored compressed: node payloads carry the whole state)
     assert tree.outputs["result"]["context"][0]["key"] == state["result"].context[0].key
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "traces.sqlite") as conn:
+        kinds = dict(conn.execute("SELECT typeof(outputs), COUNT(*) FROM runs GROUP BY 1").fetchall())
+    assert kinds.get("blob", 0) >= 1 and kinds.get("text", 0) >= 1
 
 
 def test_tool_error_is_recorded_with_status_and_message(tmp_path: Path) -> None:
