@@ -173,6 +173,8 @@ def mcp_command(
             raise ConfigError(f"unknown --transport {transport!r}; use stdio or http")
         if transport == "http":
             typer.echo(f"MCP streamable HTTP on http://{host}:{port}/mcp", err=True)
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                typer.echo(f"warning: --host {host} exposes the tools without authentication", err=True)
         run(index_dir, transport, host, port, include_ask=not no_ask)  # type: ignore[arg-type]
     except SKBError as exc:
         typer.echo(f"error: {exc}", err=True)
