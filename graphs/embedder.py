@@ -122,6 +122,9 @@ class MiniLMEmbedder:
         self.device = device
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
+        if max_seq_length != 128:
+            # Truncation changes the vectors: the name (cache key, manifest) must say so.
+            self.model_name = f"{MiniLMEmbedder.model_name}@{max_seq_length}"
         self._model: Any = None
         self._lock = threading.Lock()
 
@@ -427,11 +430,14 @@ class CachedEmbedder:
 
 # -- factory ----------------------------------------------------------------------------
 def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedder:
-    """``"minilm"`` (default, offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY)."""
+    """``"minilm"`` / ``"minilm:<max tokens>"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY)."""
     name = (spec or "minilm").strip()
     inner: Embedder
-    if name.lower() in ("minilm", "all-minilm-l6-v2", MiniLMEmbedder.model_name.lower()):
-        inner = MiniLMEmbedder()
+    base, _, arg = name.partition(":")
+    if base.lower() in ("minilm", "all-minilm-l6-v2", MiniLMEmbedder.model_name.lower()) and not name.lower().startswith("openai:"):
+        if arg and not arg.isdigit():
+            raise ConfigError(f"bad embedder spec {spec!r} -- use 'minilm' or 'minilm:<max tokens>' (e.g. minilm:64)")
+        inner = MiniLMEmbedder(max_seq_length=int(arg)) if arg else MiniLMEmbedder()
     elif name.lower().startswith("openai:"):
         inner = OpenAIEmbedder(name.split(":", 1)[1].strip())
     else:
