@@ -27,6 +27,7 @@ demo: $(STAMP)
 	$(BIN)/skb ask "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion and cutaneous syndactyly of toes?" --index-dir $(INDEX_DIR)
 
 test: $(STAMP)
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-all: $(STAMP)

@@ -110,24 +110,12 @@ from graphs.cli import register as _register_graphs
 _register_graphs(app)
 
 
-def _mount(module: str, attr: str, name: str) -> None:
-    import importlib
+from agent.mcp_server import mcp_command as _mcp_command  # noqa: E402
+from agent.trace_cli import trace_app as _trace_app  # noqa: E402
+from evals.cli import eval_app as _eval_app  # noqa: E402
+from graphs.sage_cli import graph_app as _graph_app  # noqa: E402
 
-    if any(group.name == name for group in app.registered_groups) or any(
-        command.name == name for command in app.registered_commands
-    ):
-        return  # already registered (e.g. by graphs.cli.register)
-    try:
-        target = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return
-    if isinstance(target, typer.Typer):
-        app.add_typer(target, name=name)
-    else:
-        app.command(name)(target)
-
-
-_mount("evals.cli", "eval_app", "eval")
-_mount("graphs.sage_cli", "graph_app", "graph")
-_mount("agent.trace_cli", "trace_app", "trace")
-_mount("agent.mcp_server", "mcp_command", "mcp")
+app.add_typer(_eval_app, name="eval")
+app.add_typer(_graph_app, name="graph")
+app.add_typer(_trace_app, name="trace")
+app.command("mcp")(_mcp_command)

@@ -188,6 +188,9 @@ def _swap_in(tmp: Path, index_dir: Path) -> None:
     """Replace index_dir with tmp; the old one is moved aside first, then deleted."""
     _stop_server_for(index_dir)
     if index_dir.exists():
+        # Traces and chat threads are user history, not index data: they survive a rebuild.
+        for kept in (*index_dir.glob("traces.sqlite*"), *index_dir.glob("threads.sqlite*")):
+            shutil.copy2(kept, tmp / kept.name)
         old = index_dir.parent / f".{index_dir.name}.old-{os.getpid()}"
         os.replace(index_dir, old)
         os.replace(tmp, index_dir)
