@@ -1,4 +1,4 @@
-"""docs/USERS.md stays copy-paste correct: each tagged Python block runs against the real index
+"""README.md stays copy-paste correct: each tagged Python block runs against the real index
 fixture (its `.skb/hpo` replaced by the fixture path) and prints what its comments promise;
 the `skb trace ...` command lines run through the trace CLI."""
 
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agent.trace_cli import trace_app
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "USERS.md"
+DOC = REPO / "README.md"
 
 
 def doc_block(tag: str) -> str:
@@ -29,7 +29,7 @@ def run_block(tag: str, index_dir: Path) -> str:
     code = doc_block(tag).replace(".skb/hpo", str(index_dir))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"USERS.md:{tag}", "exec"), {"__name__": f"users_doc_{tag}"})  # noqa: S102 -- the doc example is the test
+        exec(compile(code, f"README.md:{tag}", "exec"), {"__name__": f"users_doc_{tag}"})  # noqa: S102 -- the doc example is the test
     return out.getvalue()
 
 
