@@ -1,7 +1,7 @@
 """The agent as a chat assistant: SQLite memory per thread, streaming, the langgraph.json factory.
 
 All on the real index fixture with the offline planner. The `langgraph dev` round trip runs only
-where `langgraph-cli[inmem]` is installed (it is not a project dependency; see docs/USERS.md).
+where `langgraph-cli[inmem]` is installed (it is not a project dependency; see README.md).
 """
 
 from __future__ import annotations
