@@ -43,6 +43,14 @@ class AgentConfig(BaseModel):
     llm_attempts: int = Field(default=4, ge=1, le=10, description="tries per LLM call on transient API errors")
     llm_backoff_initial_s: float = Field(default=1.0, gt=0, description="first retry wait; doubles per attempt")
     llm_backoff_max_s: float = Field(default=20.0, gt=0)
+    degrade_to_offline: bool = Field(
+        default=True,
+        description="when the LLM planner keeps failing (down, slow, rate-limited, garbage replies), finish the run "
+        "with the offline planner and note it in AgentResult.degraded instead of raising PlannerError",
+    )
+    max_question_chars: int = Field(
+        default=20_000, ge=1, description="longest question accepted; longer ones are a ConfigError, not a slow run"
+    )
     cypher_timeout_ms: int = Field(default=5000, ge=1)
     cypher_max_rows: int = Field(default=200, ge=1, le=10000)
     max_entities: int = Field(default=20, ge=0, le=200, description="linked entities passed to the planner")

@@ -36,10 +36,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from agent.config import AgentConfig
-from agent.llm_planner import Usage, check_tool_calls, invoke_with_retry, llm_plan, make_chat_model
+from agent.llm_planner import (
+    PlannerCallError,
+    Usage,
+    check_tool_calls,
+    invoke_with_retry,
+    llm_plan,
+    make_chat_model,
+)
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
 from agent.state import AgentState, Candidate, SeedItem
 from graphs.errors import ConfigError, PlannerError, SKBError
+from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
 from prompts import render_prompt
 from tools import make_tools
 from tools.common import schema_of
@@ -224,6 +232,19 @@ class AgentGraph:
                 model = self._models[key] = make_chat_model(cfg, self.bundle)
         return model
 
+    def offline_model(self, cfg: AgentConfig) -> BaseChatModel:
+        """The offline planner, used when the configured planner keeps failing (``degrade_to_offline``)."""
+        with self._lock:
+            model = self._models.get("offline-fallback")
+            if model is None:
+                model = self._models["offline-fallback"] = make_chat_model(
+                    cfg.model_copy(update={"planner": "offline"}), self.bundle
+                )
+        return model
+
+    def can_degrade(self, cfg: AgentConfig) -> bool:
+        return cfg.degrade_to_offline and (self.chat_model is not None or cfg.planner != "offline")
+
     def counts_llm(self, cfg: AgentConfig) -> bool:
         """The offline planner is a chat model by interface only; its calls are not LLM calls."""
         return self.chat_model is not None or cfg.planner != "offline"
@@ -241,7 +262,12 @@ class AgentGraph:
     def link_entities(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         start = time.perf_counter()
         cfg = settings(self.config, config)
-        question = _question_of(state)
+        question = clean_text(_question_of(state))
+        if len(question) > cfg.max_question_chars:
+            raise ConfigError(
+                f"the question is {len(question):,} characters; the limit is max_question_chars="
+                f"{cfg.max_question_chars:,}: shorten it (ask about the key facts) or raise the limit"
+            )
         update: dict[str, Any] = {
             "question": question,
             "linked_entities": [],
@@ -255,6 +281,7 @@ class AgentGraph:
             "seeds": [],
             "expanded": [],
             "tool_calls": 0,
+            "planner_offline": False,
             "scratchpad": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
         }
         if not state.get("messages"):
@@ -281,10 +308,17 @@ class AgentGraph:
         target: str | None = None
         paths: list[list[dict[str, Any]]] = []
         planned = False
+        offline = False
         if cfg.planner == "openai":
             try:
                 target, paths = llm_plan(self.model(cfg), question, schema, linked, cfg, usage)
                 planned = True
+            except PlannerCallError as exc:
+                if not self.can_degrade(cfg):
+                    raise
+                # the model could not be reached after retries: do not pay the retries again per round
+                offline = True
+                degraded.append(f"LLM plan failed, used the heuristic plan and the offline planner: {exc}")
             except PlannerError as exc:
                 degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
         if not planned:
@@ -309,19 +343,23 @@ class AgentGraph:
             max_rounds=cfg.max_rounds,
             k=cfg.k,
         )
-        entities = "\n".join(f"- {e['key']} ({e['label']}): {e['name']}" for e in linked) or "(none)"
+        # Untrusted text (the question, node names) is shown as data: names JSON-quoted, and no
+        # value can open or close the <plan> block the offline planner parses (block_json escapes
+        # <, > and & inside it; neutralize_plan_tags defuses tags everywhere else).
+        entities = "\n".join(f"- {e['key']} ({e['label']}): {quoted(e['name'])}" for e in linked) or "(none)"
         human = render_prompt(
             "plan_message.md",
-            question=question,
-            entities=entities,
+            question=neutralize_plan_tags(question),
+            entities=neutralize_plan_tags(entities),
             target_type=target or "(unknown)",
-            paths="\n".join(f"- {_path_text(p)}" for p in paths) or "(none)",
-            plan_json=json.dumps(plan, ensure_ascii=False),
+            paths=neutralize_plan_tags("\n".join(f"- {_path_text(p)}" for p in paths) or "(none)"),
+            plan_json=block_json(plan),
         )
         update: dict[str, Any] = {
             "target_type": target,
             "relation_paths": paths,
             "scratchpad": [SystemMessage(system), HumanMessage(human)],
+            "planner_offline": offline,
             "degraded": degraded,
             "timings_ms": {"plan": _elapsed_ms(start)},
         }
@@ -358,10 +396,23 @@ class AgentGraph:
         step = int(state.get("step") or 0)
         repairs = int(state.get("repairs") or 0)
         tools = self.tools(cfg, question)
-        bound: Runnable[LanguageModelInput, BaseMessage] = self.model(cfg).bind_tools(list(tools.values()))
         usage = Usage()
-        reply = invoke_with_retry(bound, state.get("scratchpad") or [], cfg)
-        usage.add(reply)
+        degraded: list[str] = []
+        offline = bool(state.get("planner_offline"))
+        scratchpad = state.get("scratchpad") or []
+        reply: AIMessage | None = None
+        if not offline:
+            bound: Runnable[LanguageModelInput, BaseMessage] = self.model(cfg).bind_tools(list(tools.values()))
+            try:
+                reply = invoke_with_retry(bound, scratchpad, cfg)
+                usage.add(reply)
+            except PlannerError as exc:
+                if not self.can_degrade(cfg):
+                    raise
+                offline = True
+                degraded.append(f"planner model failed, continued with the offline planner: {exc}")
+        if reply is None:
+            reply = invoke_with_retry(self.offline_model(cfg), scratchpad, cfg)
         new_messages: list[AnyMessage] = [reply]
         checked = check_tool_calls(reply, tools)
         pool: dict[str, Candidate] = {
@@ -369,7 +420,6 @@ class AgentGraph:
             for k, v in (state.get("candidates") or {}).items()
         }
         observations: list[dict[str, Any]] = []
-        degraded: list[str] = []
         finish: dict[str, Any] | None = state.get("finish")
         explicit = bool(state.get("used_explicit_relations"))
         executed = 0
@@ -385,9 +435,10 @@ class AgentGraph:
             run_args = {**args, "step": step, "question": question}
             try:
                 message = tools[name].invoke({"type": "tool_call", "id": call_id, "name": name, "args": run_args})
-            except SKBError as exc:
-                degraded.append(f"tool {name} failed: {exc}")
-                payload = {"error": {"type": "tool_failed", "message": str(exc), "hint": "try another tool"}}
+            except Exception as exc:  # noqa: BLE001 - one failing call must not end the run; it is reported
+                detail = str(exc) if isinstance(exc, SKBError) else f"{type(exc).__name__}: {exc}"
+                degraded.append(f"tool {name} failed: {detail}")
+                payload = {"error": {"type": "tool_failed", "message": detail, "hint": "try another tool"}}
                 message = ToolMessage(
                     content=json.dumps(payload), tool_call_id=call_id, name=name, status="error"
                 )
@@ -422,10 +473,11 @@ class AgentGraph:
             "finish": finish,
             "used_explicit_relations": explicit,
             "tool_calls": int(state.get("tool_calls") or 0) + executed,
+            "planner_offline": offline,
             "degraded": degraded,
             "timings_ms": {"act": float(state.get("timings_ms", {}).get("act", 0.0)) + _elapsed_ms(start)},
         }
-        if self.counts_llm(cfg):
+        if self.counts_llm(cfg) and usage.llm_calls:
             previous = (state.get("usage") or {}).get("act") or {}
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
         if done:

@@ -26,12 +26,19 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 from agent.config import AgentConfig
 from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema
+from graphs.text_safety import quoted
 from prompts import render_prompt
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
 
 _TRANSIENT_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class PlannerCallError(PlannerError):
+    """The model call itself failed (unreachable, timed out, rate-limited, garbage reply) after the
+    bounded retries -- as opposed to a reply that arrived but made no sense. The agent reacts by
+    degrading to the offline planner (``AgentConfig.degrade_to_offline``)."""
 
 
 def make_chat_model(config: AgentConfig, bundle: IndexBundle) -> BaseChatModel:
@@ -97,7 +104,7 @@ def invoke_with_retry(
                 reply = model.invoke(list(messages))
     except RetryError as exc:
         last = exc.last_attempt.exception()
-        raise PlannerError(
+        raise PlannerCallError(
             f"the planner model failed {config.llm_attempts} times with transient errors (last: {last}); "
             "check OPENAI_BASE_URL / network / rate limits, or use --planner offline"
         ) from last
@@ -105,10 +112,10 @@ def invoke_with_retry(
         raise
     except Exception as exc:
         if is_transient(exc):  # pragma: no cover - handled by tenacity above
-            raise PlannerError(f"planner model call failed: {exc}") from exc
-        raise PlannerError(f"planner model call failed: {type(exc).__name__}: {exc}") from exc
+            raise PlannerCallError(f"planner model call failed: {exc}") from exc
+        raise PlannerCallError(f"planner model call failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(reply, AIMessage):
-        raise PlannerError(f"planner model returned {type(reply).__name__}, expected an AIMessage")
+        raise PlannerCallError(f"planner model returned {type(reply).__name__}, expected an AIMessage")
     return reply
 
 
@@ -233,7 +240,8 @@ def llm_plan(
 ) -> tuple[str | None, list[list[dict[str, str]]]]:
     """Ask the model for the answer type and relation paths (one call, no tools)."""
     system = render_prompt("plan_request.md", schema=schema.render(), max_hops=config.max_hops)
-    entities = "\n".join(f"- {e.get('key')} ({e.get('label')}): {e.get('name')}" for e in linked) or "(none)"
+    # node names are data: JSON-quoted so text inside them reads as a value, not as instructions
+    entities = "\n".join(f"- {e.get('key')} ({e.get('label')}): {quoted(e.get('name'))}" for e in linked) or "(none)"
     human = f"Question: {question}\nLinked entities:\n{entities}"
     reply = invoke_with_retry(model, [SystemMessage(system), HumanMessage(human)], config)
     usage.add(reply)

@@ -57,4 +57,6 @@ class AgentState(TypedDict, total=False):
     timings_ms: Annotated[dict[str, float], merge_dicts]
     usage: Annotated[dict[str, dict[str, int]], merge_dicts]
     tool_calls: int
+    planner_offline: bool
+    """The configured planner failed for good this run; later rounds use the offline planner."""
     result: AgentResult

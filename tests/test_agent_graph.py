@@ -210,12 +210,17 @@ def test_transient_errors_are_retried_then_raise(hpo_bundle: Any) -> None:
 
     failing = ScriptedChatModel([TimeoutError("slow"), TimeoutError("slow"), turn(("finish", {"keys": []}))])
     with pytest.raises(PlannerError, match="2 times"):
-        ask("Marfan", bundle=hpo_bundle, config=config(llm_attempts=2), chat_model=failing)
+        ask("Marfan", bundle=hpo_bundle, config=config(llm_attempts=2, degrade_to_offline=False), chat_model=failing)
     assert failing.remaining == 1
 
     rejected = ScriptedChatModel([ValueError("bad request")])
     with pytest.raises(PlannerError, match="bad request"):
-        ask("Marfan", bundle=hpo_bundle, config=config(), chat_model=rejected)
+        ask("Marfan", bundle=hpo_bundle, config=config(degrade_to_offline=False), chat_model=rejected)
+    # with the default degrade_to_offline=True the same failure finishes on the offline planner
+    rejected = ScriptedChatModel([ValueError("bad request")])
+    result = ask("Marfan syndrome", bundle=hpo_bundle, config=config(), chat_model=rejected)
+    assert any("offline planner" in note and "bad request" in note for note in result.degraded)
+    assert result.context and rejected.remaining == 0
 
 
 def test_messages_input_and_answer_message(hpo_bundle: Any) -> None:

@@ -78,7 +78,11 @@ def test_invalid_llm_plan_falls_back_to_heuristic_plan(openai_stub: Stub, hpo_bu
 def test_persistent_server_errors_raise_planner_error(openai_stub: Stub, hpo_bundle: Any) -> None:
     openai_stub.replies = [completion(content='{"target_type": null, "relation_paths": []}'), UNAVAILABLE, UNAVAILABLE, UNAVAILABLE]
     with pytest.raises(PlannerError, match="3 times"):
-        ask("Marfan syndrome", bundle=hpo_bundle, config=openai_config(openai_stub, llm_attempts=3))
+        ask(
+            "Marfan syndrome",
+            bundle=hpo_bundle,
+            config=openai_config(openai_stub, llm_attempts=3, degrade_to_offline=False),
+        )
     assert len(openai_stub.requests) == 4
 
 

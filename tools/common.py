@@ -18,6 +18,7 @@ from langchain_core.tools import InjectedToolArg
 from pydantic import BaseModel
 
 from graphs.model import GraphSchema
+from graphs.text_safety import clean_text
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -36,6 +37,7 @@ class InjectedArgs(BaseModel):
 
 
 def truncate(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
@@ -46,7 +48,7 @@ def provenance(tool: str, step: int, query: str) -> dict[str, Any]:
 
 def tool_output(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(content, artifact) for ``response_format='content_and_artifact'``: JSON text and the same dict."""
-    return json.dumps(payload, ensure_ascii=False, default=str), payload
+    return clean_text(json.dumps(payload, ensure_ascii=False, default=str)), payload
 
 
 def error_payload(tool: str, step: int, query: str, type_: str, message: str, hint: str) -> dict[str, Any]:
@@ -77,6 +79,7 @@ def embed_query(bundle: IndexBundle, text: str) -> np.ndarray:
     """The query vector, memoised: one agent run ranks many tool results against the same question,
     and a MiniLM forward pass costs far more than a lookup."""
     embedder = bundle.embedder
+    text = clean_text(text)  # a lone surrogate makes the tokenizer raise TypeError
     key = (id(embedder), text)
     with _query_lock:
         hit = _query_cache.get(key)

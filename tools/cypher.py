@@ -7,10 +7,12 @@ it fix the query in one repair round.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool, StructuredTool
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from graphs.errors import (
     CypherValidationError,
@@ -21,6 +23,8 @@ from graphs.errors import (
     TooManyRowsError,
 )
 from graphs.model import GraphSchema
+from graphs.store.cypher_guard import check_read_only
+from graphs.text_safety import clean_text
 from tools.common import InjectedArgs, error_payload, provenance, schema_of, tool_output, truncate
 
 if TYPE_CHECKING:
@@ -33,6 +37,15 @@ DESCRIPTION = (
     'Returns {"columns": [...], "rows": [[...]], "truncated": bool} or {"error": {"type","message","hint"}}.'
 )
 MAX_CELL_CHARS = 200
+#: Longest list a cell may hold in the output (``collect()`` over a whole label would be huge).
+MAX_CELL_ITEMS = 100
+#: Deepest nesting of lists/maps kept in a cell.
+MAX_CELL_DEPTH = 6
+#: Byte cap on the rows of one result: rows past it are dropped and ``truncated`` is set.
+MAX_RESULT_BYTES = 64_000
+#: Byte cap on the JSON of ``params`` (values are data; a megabyte of them is a mistake or an attack).
+MAX_PARAMS_BYTES = 20_000
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 class CypherArgs(InjectedArgs):
@@ -40,21 +53,69 @@ class CypherArgs(InjectedArgs):
     params: dict[str, Any] | None = Field(default=None, description="query parameters, referenced as $name")
     max_rows: int = Field(default=50, ge=1, le=10000, description="most rows to return")
 
+    @field_validator("query")
+    @classmethod
+    def _no_nul(cls, query: str) -> str:
+        if "\x00" in query:
+            raise ValueError("the query contains a NUL character; remove it")
+        return query
 
-def jsonable(value: Any, limit: int = MAX_CELL_CHARS) -> Any:
-    """A cell as JSON-safe data with long strings cut (node texts can be kilobytes)."""
-    if value is None or isinstance(value, bool | int | float):
+    @field_validator("params")
+    @classmethod
+    def _plain_params(cls, params: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not params:
+            return params
+        bad = [name for name in params if not _PARAM_NAME.match(str(name))]
+        if bad:
+            raise ValueError(
+                f"parameter names must be identifiers (letters, digits, _; not starting with a digit), got {bad[:5]}"
+            )
+        try:
+            size = len(json.dumps(params, ensure_ascii=False).encode("utf-8", "replace"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"params must be JSON data (strings, numbers, booleans, lists, maps): {exc}") from exc
+        if size > MAX_PARAMS_BYTES:
+            raise ValueError(f"params are {size} bytes of JSON; the limit is {MAX_PARAMS_BYTES}")
+        return params
+
+
+def jsonable(value: Any, limit: int = MAX_CELL_CHARS, depth: int = 0) -> Any:
+    """A cell as JSON-safe data with long strings cut (node texts can be kilobytes), long lists cut
+    to MAX_CELL_ITEMS (a trailing marker says how many were left out) and deep nesting flattened."""
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
     if isinstance(value, str):
-        return truncate(value, limit)
+        return clean_text(truncate(value, limit))
+    if depth >= MAX_CELL_DEPTH:
+        return truncate(clean_text(str(value)), limit)
     if isinstance(value, dict):
-        return {str(k): jsonable(v, limit) for k, v in value.items()}
+        items = list(value.items())
+        out = {clean_text(str(k)): jsonable(v, limit, depth + 1) for k, v in items[:MAX_CELL_ITEMS]}
+        if len(items) > MAX_CELL_ITEMS:
+            out["\u2026"] = f"{len(items) - MAX_CELL_ITEMS} more entries"
+        return out
     if isinstance(value, list | tuple | set):
-        return [jsonable(v, limit) for v in value]
+        seq = list(value)
+        cut = [jsonable(v, limit, depth + 1) for v in seq[:MAX_CELL_ITEMS]]
+        if len(seq) > MAX_CELL_ITEMS:
+            cut.append(f"\u2026 {len(seq) - MAX_CELL_ITEMS} more items")
+        return cut
     props = getattr(value, "properties", None)
     if isinstance(props, dict):
-        return jsonable(props, limit)
-    return truncate(str(value), limit)
+        return jsonable(props, limit, depth + 1)
+    return truncate(clean_text(str(value)), limit)
+
+
+def cap_rows(rows: list[list[Any]], max_bytes: int = MAX_RESULT_BYTES) -> tuple[list[list[Any]], bool]:
+    """The longest prefix of ``rows`` whose JSON fits in ``max_bytes``; True when rows were dropped."""
+    used = 0
+    for i, row in enumerate(rows):
+        used += len(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8", "replace")) + 1
+        if used > max_bytes:
+            return rows[:i], True
+    return rows, False
 
 
 def schema_hint(schema: GraphSchema, max_props: int = 12) -> str:
@@ -85,6 +146,7 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         schema = schema_of(bundle)
         max_rows = min(max_rows, max_rows_cap)
         try:
+            check_read_only(query)  # before anything else: a write is refused as such, whatever it names
             _check_schema(query, schema)
         except ReadOnlyViolationError as exc:
             hint = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
@@ -108,11 +170,11 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         except (StoreError, SKBError) as exc:
             hint = "check the query against the schema; " + schema_hint(schema)
             return tool_output(error_payload(NAME, step, query, "store_error", str(exc), hint))
-        rows = [[jsonable(cell) for cell in row] for row in result.rows[:max_rows]]
+        rows, cut = cap_rows([[jsonable(cell) for cell in row] for row in result.rows[:max_rows]])
         payload = {
             "columns": list(result.columns),
             "rows": rows,
-            "truncated": bool(result.truncated or len(result.rows) > max_rows),
+            "truncated": bool(result.truncated or len(result.rows) > max_rows or cut),
             "provenance": provenance(NAME, step, query),
         }
         return tool_output(payload)

@@ -12,6 +12,7 @@ import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
+from graphs.errors import ConfigError, StoreError, StoreUnavailableError
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
@@ -93,9 +94,16 @@ def make_search_nodes(bundle: IndexBundle, question_getter: QuestionGetter | Non
         q = question_for(question, question_getter)
         do_rank = rank and bool(q)
         fetch = MAX_LIMIT if do_rank else limit
-        triples = bundle.store.neighbors(
-            known, rel_types=rel_types or None, direction=direction, target_label=target_label, limit=fetch + 1
-        )
+        try:
+            triples = bundle.store.neighbors(
+                known, rel_types=rel_types or None, direction=direction, target_label=target_label, limit=fetch + 1
+            )
+        except StoreUnavailableError as exc:
+            hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
+            return tool_output(error_payload(NAME, step, query, "store_unavailable", str(exc), hint))
+        except (StoreError, ConfigError) as exc:
+            hint = "check keys, relationship types and label against the schema; " + relation_hint(schema)
+            return tool_output(error_payload(NAME, step, query, "store_error", str(exc), hint))
         truncated = len(triples) > fetch
         triples = triples[:fetch]
         seeds = set(known)
