@@ -110,9 +110,9 @@ def jsonable(value: Any, limit: int = MAX_CELL_CHARS, depth: int = 0) -> Any:
 
 def cap_rows(rows: list[list[Any]], max_bytes: int = MAX_RESULT_BYTES) -> tuple[list[list[Any]], bool]:
     """The longest prefix of ``rows`` whose JSON fits in ``max_bytes``; True when rows were dropped."""
-    used = 0
+    used = 2  # the brackets of the list; each row adds its JSON and a ", " separator
     for i, row in enumerate(rows):
-        used += len(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8", "replace")) + 1
+        used += len(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8", "replace")) + 2
         if used > max_bytes:
             return rows[:i], True
     return rows, False
