@@ -281,7 +281,9 @@ def _knn_pairs(vectors: np.ndarray, k: int, *, seed: int = 100) -> tuple[np.ndar
 
         index = hnswlib.Index(space="cosine", dim=vectors.shape[1])
         index.init_index(max_elements=n, ef_construction=100, M=16, random_seed=seed)
-        index.add_items(vectors, np.arange(n), num_threads=-1)
+        # One insertion thread: a multi-threaded build is not reproducible, and the edges (and
+        # their file's checksum) should not change between two builds of the same SKB.
+        index.add_items(vectors, np.arange(n), num_threads=1)
         index.set_ef(max(2 * (k + 1), 64))
         ids, _ = index.knn_query(vectors, k=k + 1, num_threads=-1)
         ids = ids.astype(np.int64)
