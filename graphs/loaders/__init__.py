@@ -8,8 +8,8 @@ from typing import Literal
 from graphs.errors import LoaderError
 from graphs.model import SKB
 
-DatasetName = Literal["hpo", "jsonl", "stark"]
-DATASETS: tuple[str, ...] = ("hpo", "jsonl", "stark")
+DatasetName = Literal["hpo", "jsonl", "stark", "docs"]
+DATASETS: tuple[str, ...] = ("hpo", "jsonl", "stark", "docs")
 
 
 def load_dataset(name: DatasetName, path: Path | None = None) -> SKB:
@@ -23,12 +23,20 @@ def load_dataset(name: DatasetName, path: Path | None = None) -> SKB:
             str(name), f"unknown dataset {name!r}", fix=f"use one of {', '.join(DATASETS)} (jsonl for your own data)"
         )
     if path is None:
-        what = "a directory with nodes.jsonl[.gz]" if name == "jsonl" else "STaRK's processed directory"
+        what = {
+            "jsonl": "a directory with nodes.jsonl[.gz]",
+            "stark": "STaRK's processed directory",
+            "docs": "a folder of .txt/.md files",
+        }[name]
         raise LoaderError(str(name), f"dataset {name!r} needs a path", fix=f"pass {what}")
     if name == "jsonl":
         from graphs.loaders.jsonl import load_jsonl
 
         return load_jsonl(Path(path))
+    if name == "docs":
+        from graphs.loaders.docs import load_docs
+
+        return load_docs(Path(path))
     from graphs.loaders.stark import load_stark
 
     return load_stark(Path(path))
