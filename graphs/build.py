@@ -6,8 +6,11 @@ interrupted build leaves the previous index usable and never a half-written one.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +87,7 @@ def build_index(
     if not skb.nodes:
         raise ConfigError("the SKB has no nodes; check the dataset path and format")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_builds(index_dir)
     tmp = index_dir.parent / f".{index_dir.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -185,39 +189,122 @@ def build_index(
 
 
 def _swap_in(tmp: Path, index_dir: Path) -> None:
-    """Replace index_dir with tmp; the old one is moved aside first, then deleted."""
-    _stop_server_for(index_dir)
+    """Replace index_dir with tmp, then stop the previous index's FalkorDB server and delete it.
+
+    On Linux the two directories are exchanged by one renameat2(RENAME_EXCHANGE), so a reader
+    opening index_dir finds the old or the new index, never none; elsewhere the old dir is moved
+    aside first (a short window without index_dir). The old server is stopped only after the
+    exchange: a live store then reconnects (auto_restart) to the *new* graph on its next call,
+    instead of restarting a server on the old directory just before it is deleted.
+    """
+    _fsync_dir(tmp)
     if index_dir.exists():
-        # Traces and chat threads are user history, not index data: they survive a rebuild.
-        for kept in (*index_dir.glob("traces.sqlite*"), *index_dir.glob("threads.sqlite*")):
-            shutil.copy2(kept, tmp / kept.name)
         old = index_dir.parent / f".{index_dir.name}.old-{os.getpid()}"
-        os.replace(index_dir, old)
-        os.replace(tmp, index_dir)
+        if old.exists():
+            shutil.rmtree(old)
+        if _exchange(tmp, index_dir):
+            os.replace(tmp, old)  # tmp holds the previous index now
+        else:
+            os.replace(index_dir, old)
+            os.replace(tmp, index_dir)
+        _fsync_dir(index_dir.parent)
+        _stop_server_for(old)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, index_dir)
-    fd = os.open(index_dir.parent, os.O_RDONLY)
+        _fsync_dir(index_dir.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2); False where the OS or filesystem cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # glibc < 2.28 or another libc
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap the new index into place: {os.strerror(err)}", str(b))
+
+
+def clean_stale_builds(index_dir: Path) -> list[Path]:
+    """Remove what builds killed mid-way left beside index_dir (``.<name>.tmp-<pid>`` and
+    ``.<name>.old-<pid>`` of dead pids), stopping the FalkorDB servers they had started: those
+    run in their own session, so they outlive a SIGKILLed build. Returns the removed paths."""
+    removed: list[Path] = []
+    parent = index_dir.parent
+    if not parent.is_dir():
+        return removed
+    for path in sorted(parent.glob(f".{index_dir.name}.tmp-*")) + sorted(parent.glob(f".{index_dir.name}.old-*")):
+        try:
+            pid = int(path.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        _stop_server_for(path)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _stop_server_for(index_dir: Path) -> None:
-    """A FalkorDB server still serving the previous index would keep serving the old graph."""
+    """A FalkorDB server still serving the previous index would keep serving the old graph.
+
+    The state file names a pid and port; where /proc exists the pid must still work in this
+    index's falkordb dir, so a stale state file never makes us stop somebody else's server.
+    """
     import json
 
     import redis
 
     from graphs.store.falkordb_store import STATE_FILE
 
-    state_path = index_dir / "falkordb" / STATE_FILE
+    data_dir = index_dir / "falkordb"
     try:
-        port = int(json.loads(state_path.read_text(encoding="utf-8"))["port"])
+        state = json.loads((data_dir / STATE_FILE).read_text(encoding="utf-8"))
+        port, pid = int(state["port"]), int(state["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return
+    cwd = Path(f"/proc/{pid}/cwd")
+    if Path("/proc/self").exists():
+        try:
+            if cwd.resolve(strict=True) != data_dir.resolve():
+                return
+        except OSError:  # the pid is gone (or not ours to inspect): nothing to stop
+            return
+    conn = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)
     try:
-        redis.Redis(host="127.0.0.1", port=port, socket_timeout=10).shutdown(nosave=True)
+        conn.shutdown(nosave=True)
     except (redis.RedisError, OSError):
         return
+    finally:
+        conn.close()

@@ -14,11 +14,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from graphs.errors import SKBError
+from graphs.loaders import DATASETS
 
 console = Console()
 err_console = Console(stderr=True)
-
-from graphs.loaders import DATASETS
 
 
 def fail(exc: SKBError) -> typer.Exit:
