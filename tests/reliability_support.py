@@ -7,6 +7,7 @@ timeout turns a hang into a test failure that names the call, without killing th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -85,3 +86,13 @@ def copy_index(src: Path, dst: Path) -> Path:
     if cache.is_dir() and not (dst.parent / ".skb-cache").exists():
         shutil.copytree(cache, dst.parent / ".skb-cache")
     return dst
+
+
+def graph_fingerprint(store: Any) -> str:
+    """Everything a write could change in a FalkorDB graph: nodes with labels and properties,
+    edges with types and properties, and the number of indexes."""
+    nodes = store._read("MATCH (n) RETURN labels(n), properties(n) ORDER BY n.key")
+    edges = store._read("MATCH (a)-[r]->(b) RETURN a.key, type(r), b.key, properties(r) ORDER BY a.key, type(r), b.key")
+    indexes = store._read("CALL db.indexes()")
+    blob = json.dumps([nodes, edges, len(indexes)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -10,7 +10,6 @@ caps hold, parameters stay parameters, and no Cypher in tools/ or agent/ is buil
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from graphs.errors import ReadOnlyViolationError, SKBError
 from graphs.store.cypher_guard import check_read_only
 from graphs.store.falkordb_store import FalkorDBStore
 from tests.reliability_support import copy_index
+from tests.reliability_support import graph_fingerprint as fingerprint
 from tools import make_tools
 
 pytestmark = pytest.mark.integration
@@ -39,15 +39,6 @@ def store(hpo_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     index = copy_index(hpo_index_dir, tmp_path_factory.mktemp("ro") / "index")
     with FalkorDBStore(index / "falkordb") as opened:
         yield opened
-
-
-def fingerprint(store: FalkorDBStore) -> str:
-    """Everything a write could change: node keys, labels and properties, edges and their properties."""
-    nodes = store._read("MATCH (n) RETURN labels(n), properties(n) ORDER BY n.key")
-    edges = store._read("MATCH (a)-[r]->(b) RETURN a.key, type(r), b.key, properties(r) ORDER BY a.key, type(r), b.key")
-    indexes = store._read("CALL db.indexes()")
-    blob = json.dumps([nodes, edges, len(indexes)], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 # -- the server refuses writes even when the guard is switched off ---------------------------
