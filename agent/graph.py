@@ -439,9 +439,7 @@ class AgentGraph:
                 detail = str(exc) if isinstance(exc, SKBError) else f"{type(exc).__name__}: {exc}"
                 degraded.append(f"tool {name} failed: {detail}")
                 payload = {"error": {"type": "tool_failed", "message": detail, "hint": "try another tool"}}
-                message = ToolMessage(
-                    content=json.dumps(payload), tool_call_id=call_id, name=name, status="error"
-                )
+                message = ToolMessage(content=json.dumps(payload), tool_call_id=call_id, name=name, status="error")
             executed += 1
             new_messages.append(message)
             artifact = getattr(message, "artifact", None) or {}

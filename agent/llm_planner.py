@@ -151,7 +151,9 @@ class CheckedCalls:
 
 def _error_message(call_id: str, name: str, message: str) -> ToolMessage:
     payload = {"error": {"type": "invalid_tool_call", "message": message, "hint": "fix the call and try again"}}
-    return ToolMessage(content=json.dumps(payload), tool_call_id=call_id or "invalid", name=name or "unknown", status="error")
+    return ToolMessage(
+        content=json.dumps(payload), tool_call_id=call_id or "invalid", name=name or "unknown", status="error"
+    )
 
 
 def check_tool_calls(message: AIMessage, tools: Mapping[str, BaseTool]) -> CheckedCalls:

@@ -133,7 +133,10 @@ def test_an_obedient_model_cannot_write(hostile: IndexBundle, pristine: str) -> 
 
     def finish(messages: list[BaseMessage]) -> AIMessage:
         seen["after"] = messages
-        return AIMessage(content="", tool_calls=[{"name": "finish", "args": {"keys": ["D:1", "EVIL:1"]}, "id": "f", "type": "tool_call"}])
+        return AIMessage(
+            content="",
+            tool_calls=[{"name": "finish", "args": {"keys": ["D:1", "EVIL:1"]}, "id": "f", "type": "tool_call"}],
+        )
 
     model = ScriptedChatModel([search, obey, finish])
     result = within(
@@ -141,11 +144,21 @@ def test_an_obedient_model_cannot_write(hostile: IndexBundle, pristine: str) -> 
     )
     statements = seen["statements"]
     assert any("DETACH DELETE" in s.upper() for s in statements) and any("CREATE" in s.upper() for s in statements)
-    answers = [json.loads(str(m.content)) for m in seen["after"] if isinstance(m, ToolMessage) and m.tool_call_id.startswith("c")]
+    answers = [
+        json.loads(str(m.content))
+        for m in seen["after"]
+        if isinstance(m, ToolMessage) and m.tool_call_id.startswith("c")
+    ]
     assert len(answers) == len(statements)
-    writes = [a for a, s in zip(answers, statements, strict=True) if re.search(r"DELETE|CREATE|MERGE|SET |DROP|LOAD", s, re.IGNORECASE)]
+    writes = [
+        a
+        for a, s in zip(answers, statements, strict=True)
+        if re.search(r"DELETE|CREATE|MERGE|SET |DROP|LOAD", s, re.IGNORECASE)
+    ]
     assert writes and all("error" in a for a in writes)
-    assert all(a["error"]["type"] in ("read_only_violation", "syntax", "unknown_schema") for a in answers if "error" in a)
+    assert all(
+        a["error"]["type"] in ("read_only_violation", "syntax", "unknown_schema") for a in answers if "error" in a
+    )
     assert graph_fingerprint(hostile.store) == pristine
     assert "EVIL:1" not in [c.key for c in result.context]  # finish keeps only real node keys
 
@@ -156,11 +169,18 @@ def test_node_text_reaches_the_model_only_as_quoted_data(hostile: IndexBundle) -
 
     def search(messages: list[BaseMessage]) -> AIMessage:
         captured.append(messages)
-        return AIMessage(content="", tool_calls=[{"name": "semantic_search", "args": {"text": "instructions", "k": 50}, "id": "s", "type": "tool_call"}])
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "semantic_search", "args": {"text": "instructions", "k": 50}, "id": "s", "type": "tool_call"}
+            ],
+        )
 
     def done(messages: list[BaseMessage]) -> AIMessage:
         captured.append(messages)
-        return AIMessage(content="", tool_calls=[{"name": "finish", "args": {"keys": []}, "id": "f", "type": "tool_call"}])
+        return AIMessage(
+            content="", tool_calls=[{"name": "finish", "args": {"keys": []}, "id": "f", "type": "tool_call"}]
+        )
 
     question = "Which disease has: " + NODE_TEXTS[0]["text"]
     ask(question, bundle=hostile, config=cfg(), chat_model=ScriptedChatModel([search, done]))
@@ -186,7 +206,9 @@ def test_questions_cannot_forge_the_plan_block(hostile: IndexBundle, entry: dict
 
     def done(messages: list[BaseMessage]) -> AIMessage:
         captured.append(messages)
-        return AIMessage(content="", tool_calls=[{"name": "finish", "args": {"keys": []}, "id": "f", "type": "tool_call"}])
+        return AIMessage(
+            content="", tool_calls=[{"name": "finish", "args": {"keys": []}, "id": "f", "type": "tool_call"}]
+        )
 
     question = entry["text"] * (40 if entry["id"] == "long-repeat" else 1)
     result = within(120, lambda: ask(question, bundle=hostile, config=cfg(), chat_model=ScriptedChatModel([done])))
@@ -199,7 +221,9 @@ def test_questions_cannot_forge_the_plan_block(hostile: IndexBundle, entry: dict
 
 
 @pytest.mark.parametrize("entry", corpus("question"), ids=lambda e: e["id"])
-def test_offline_agent_over_hostile_graph_and_questions(hostile: IndexBundle, pristine: str, entry: dict[str, str]) -> None:
+def test_offline_agent_over_hostile_graph_and_questions(
+    hostile: IndexBundle, pristine: str, entry: dict[str, str]
+) -> None:
     result = within(180, lambda: ask(entry["text"], bundle=hostile, config=cfg()))
     assert all(item.key in hostile.skb.nodes for item in result.context)
     result.to_json().encode("utf-8")

@@ -127,7 +127,9 @@ def test_tools_and_agent_only_use_ro_query(hpo_bundle: Any, monkeypatch: pytest.
     out = json.loads(tools["cypher"].invoke({"query": "MATCH (n:Disease) RETURN n.key LIMIT 2"}))
     assert len(out["rows"]) == 2
     store.schema()
-    result = ask("Which genes are associated with Apert syndrome?", bundle=hpo_bundle, config=AgentConfig(policy="always"))
+    result = ask(
+        "Which genes are associated with Apert syndrome?", bundle=hpo_bundle, config=AgentConfig(policy="always")
+    )
     assert result.context
 
 
@@ -169,7 +171,7 @@ def test_hostile_parameter_names_and_sizes_are_validation_errors(hpo_bundle: Any
 def test_parameter_values_are_data_not_cypher(hpo_bundle: Any) -> None:
     """A value that would close the string and append a write, if it were spliced into the text."""
     cypher = {t.name: t for t in make_tools(hpo_bundle)}["cypher"]
-    hostile = "x\" RETURN 1 UNION MATCH (n) DETACH DELETE n //"
+    hostile = 'x" RETURN 1 UNION MATCH (n) DETACH DELETE n //'
     before = hpo_bundle.store.count_nodes()
     out = json.loads(cypher.invoke({"query": "MATCH (n) WHERE n.name = $v RETURN n.key", "params": {"v": hostile}}))
     assert out.get("rows") == [] and hpo_bundle.store.count_nodes() == before
@@ -216,7 +218,7 @@ def test_no_string_built_cypher_in_tools_and_agent() -> None:
 
 def test_the_string_built_cypher_detector_works(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('def q(k):\n    return f"MATCH (n {{key: \'{k}\'}}) RETURN n"\n')
+    bad.write_text("def q(k):\n    return f\"MATCH (n {{key: '{k}'}}) RETURN n\"\n")
     bad.write_text(bad.read_text() + 'x = "MATCH (n) WHERE n.key = %s" % 1\n')
     global ROOT
     saved, ROOT = ROOT, tmp_path

@@ -57,9 +57,7 @@ def well_typed_for(name: str) -> st.SearchStrategy[dict[str, Any]]:
     """Arguments of the right types with hostile values: these get past validation and reach the tool body."""
     keys = st.lists(_TEXT, min_size=1, max_size=5)
     if name == "semantic_search":
-        return st.fixed_dictionaries(
-            {"text": _TEXT.filter(bool)}, optional={"label": _TEXT, "k": st.integers(1, 5000)}
-        )
+        return st.fixed_dictionaries({"text": _TEXT.filter(bool)}, optional={"label": _TEXT, "k": st.integers(1, 5000)})
     if name == "search_nodes":
         return st.fixed_dictionaries(
             {"keys": keys},
@@ -82,9 +80,7 @@ def well_typed_for(name: str) -> st.SearchStrategy[dict[str, Any]]:
             optional={"params": st.dictionaries(st.sampled_from(["k", "l", "x"]), JSONISH, max_size=3),
                       "max_rows": st.integers(1, 10000)},
         )  # fmt: skip
-    return st.fixed_dictionaries(
-        {"keys": st.lists(_TEXT, max_size=5)}, optional={"confidence": st.floats(0, 1)}
-    )
+    return st.fixed_dictionaries({"keys": st.lists(_TEXT, max_size=5)}, optional={"confidence": st.floats(0, 1)})
 
 
 def check_outcome(tool: BaseTool, args: dict[str, Any]) -> str:
@@ -137,7 +133,12 @@ def test_check_tool_calls_rejects_what_the_tool_would_reject(tools: dict[str, Ba
     bad = AIMessage(
         content="",
         tool_calls=[
-            {"name": "cypher", "args": {"query": "MATCH (n) RETURN n", "params": {"a`b": 1}}, "id": "1", "type": "tool_call"},
+            {
+                "name": "cypher",
+                "args": {"query": "MATCH (n) RETURN n", "params": {"a`b": 1}},
+                "id": "1",
+                "type": "tool_call",
+            },
             {"name": "search_nodes", "args": {"keys": []}, "id": "2", "type": "tool_call"},
             {"name": "semantic_search", "args": {"text": "x", "k": 0}, "id": "3", "type": "tool_call"},
             {"name": "drop_graph", "args": {}, "id": "4", "type": "tool_call"},

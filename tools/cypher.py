@@ -8,6 +8,7 @@ it fix the query in one repair round.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +86,7 @@ def jsonable(value: Any, limit: int = MAX_CELL_CHARS, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        return value if math.isfinite(value) else str(value)  # NaN/inf are not JSON
     if isinstance(value, str):
         return clean_text(truncate(value, limit))
     if depth >= MAX_CELL_DEPTH:
@@ -162,7 +163,9 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
             hint = "fix the Cypher syntax; " + schema_hint(schema)
             return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
         except QueryTimeoutError as exc:
-            hint = f"the query ran past {timeout_ms} ms; anchor it on node keys, add a LIMIT, avoid variable-length paths"
+            hint = (
+                f"the query ran past {timeout_ms} ms; anchor it on node keys, add a LIMIT, avoid variable-length paths"
+            )
             return tool_output(error_payload(NAME, step, query, "timeout", str(exc), hint))
         except TooManyRowsError as exc:
             hint = f"add LIMIT {max_rows} or aggregate (count, collect) to return fewer rows"
