@@ -443,6 +443,9 @@ class AgentGraph:
             executed += 1
             new_messages.append(message)
             artifact = getattr(message, "artifact", None) or {}
+            error = artifact.get("error") if isinstance(artifact, Mapping) else None
+            if isinstance(error, Mapping) and error.get("type") == "store_unavailable":
+                degraded.append(f"tool {name}: graph store unavailable: {error.get('message')}")
             added, used_edges = merge_observation(pool, name, artifact, self.bundle, args)
             explicit = explicit or used_edges
             observations.append(

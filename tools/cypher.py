@@ -21,6 +21,7 @@ from graphs.errors import (
     ReadOnlyViolationError,
     SKBError,
     StoreError,
+    StoreUnavailableError,
     TooManyRowsError,
 )
 from graphs.model import GraphSchema
@@ -170,6 +171,9 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         except TooManyRowsError as exc:
             hint = f"add LIMIT {max_rows} or aggregate (count, collect) to return fewer rows"
             return tool_output(error_payload(NAME, step, query, "too_many_rows", str(exc), hint))
+        except StoreUnavailableError as exc:
+            hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
+            return tool_output(error_payload(NAME, step, query, "store_unavailable", str(exc), hint))
         except (StoreError, SKBError) as exc:
             hint = "check the query against the schema; " + schema_hint(schema)
             return tool_output(error_payload(NAME, step, query, "store_error", str(exc), hint))
