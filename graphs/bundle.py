@@ -64,12 +64,27 @@ class IndexBundle:
 
     @classmethod
     def open(cls, index_dir: Path | str, *, store: str | None = None, verify: bool = True) -> IndexBundle:
+        """Load the index; retried when a rebuild swapped the directory while we were reading it
+        (the manifest of one build and files of the other would otherwise fail their checksums)."""
+        from graphs.errors import IndexError_
+
+        index_dir = Path(index_dir)
+        for attempt in range(3):
+            before = _dir_identity(index_dir)
+            try:
+                return cls._open_once(index_dir, store=store, verify=verify)
+            except (IndexError_, OSError, ValueError):
+                if attempt == 2 or before is None or _dir_identity(index_dir) == before:
+                    raise  # a real problem, not a swap under our feet
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @classmethod
+    def _open_once(cls, index_dir: Path, *, store: str | None, verify: bool) -> IndexBundle:
         from graphs.bm25_index import BM25Index
         from graphs.hnsw_index import HNSWIndex
         from graphs.loaders.jsonl import load_jsonl
         from graphs.manifest import Manifest
 
-        index_dir = Path(index_dir)
         if not (index_dir / "manifest.json").exists():
             raise IndexNotFoundError(
                 f"no index at {index_dir} (manifest.json missing); build one with "
@@ -192,6 +207,15 @@ class IndexBundle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _dir_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory: changes when a rebuild swaps a new index into place."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _load_similarity(sage_dir: Path) -> dict[str, list[tuple[str, float]]]:

@@ -94,10 +94,19 @@ def make_search_nodes(bundle: IndexBundle, question_getter: QuestionGetter | Non
         q = question_for(question, question_getter)
         do_rank = rank and bool(q)
         fetch = MAX_LIMIT if do_rank else limit
-        try:
-            triples = bundle.store.neighbors(
+
+        def fetch_neighbors() -> list[Any]:
+            return bundle.store.neighbors(
                 known, rel_types=rel_types or None, direction=direction, target_label=target_label, limit=fetch + 1
             )
+
+        try:
+            try:
+                triples = fetch_neighbors()
+            except StoreUnavailableError:
+                # a server that died (or was stopped by a rebuild) is restarted by the next call;
+                # one-hop lookups are cheap and idempotent, so retry once before reporting
+                triples = fetch_neighbors()
         except StoreUnavailableError as exc:
             hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
             return tool_output(error_payload(NAME, step, query, "store_unavailable", str(exc), hint))
