@@ -149,10 +149,14 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         max_rows = min(max_rows, max_rows_cap)
         try:
             check_read_only(query)  # before anything else: a write is refused as such, whatever it names
-            _check_schema(query, schema)
         except ReadOnlyViolationError as exc:
             hint = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
             return tool_output(error_payload(NAME, step, query, "read_only_violation", str(exc), hint))
+        except CypherValidationError as exc:  # unterminated string, comment or quoted name
+            hint = "fix the Cypher syntax; " + schema_hint(schema)
+            return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
+        try:
+            _check_schema(query, schema)
         except CypherValidationError as exc:
             return tool_output(error_payload(NAME, step, query, "unknown_schema", str(exc), schema_hint(schema)))
         try:
