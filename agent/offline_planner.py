@@ -41,7 +41,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
-from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for
+from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for, schema_for
 from graphs.errors import PlannerError
 from graphs.model import SKB
 
@@ -309,10 +309,37 @@ class OfflinePlanner(BaseChatModel):
         keep = {k for keys in _source_groups(linked, str(target)).values() for k in keys}
         return [e for e in linked if str(e.get("key")) in keep], paths
 
+    def _search(
+        self, keys: list[str], rel: str, direction: str, to_label: str, limit: int
+    ) -> tuple[str, dict[str, Any]]:
+        """A ``search_nodes`` call; relevance ranking is requested only when the result can be truncated.
+
+        Why: ranking costs an embedding lookup per neighbour (tens of milliseconds on a hub); when the
+        keys' degree along the relation fits in ``limit`` the ranked and unranked results are the
+        same set, and the planner re-scores candidates itself.
+        """
+        degree = 0
+        skb: SKB = self.bundle.skb
+        for key in keys:
+            edges = skb.in_edges(key) if direction == "in" else skb.out_edges(key)
+            if direction == "both":
+                edges = list(skb.in_edges(key)) + list(skb.out_edges(key))  # type: ignore[assignment]
+            degree += sum(1 for e in edges if e.rel == rel)
+            if degree > limit:
+                break
+        args: dict[str, Any] = {
+            "keys": keys,
+            "rel_types": [rel],
+            "direction": direction,
+            "target_label": to_label,
+            "limit": limit,
+            "rank": degree > limit,
+        }
+        return ("search_nodes", args)
+
     def _first_hop(self, paths: list[list[dict[str, str]]], label: str) -> dict[str, str] | None:
         """The first step of the best path that starts at ``label`` (paths come shortest/best first)."""
-        skb: SKB = self.bundle.skb
-        schema = skb.schema()
+        schema = schema_for(self.bundle.skb)
         for path in paths:
             step = path[0]
             for rel in schema.relations:
@@ -333,32 +360,10 @@ class OfflinePlanner(BaseChatModel):
             step = self._first_hop(paths, str(ent["label"]))
             if step is None:
                 continue
-            calls.append(
-                (
-                    "search_nodes",
-                    {
-                        "keys": [ent["key"]],
-                        "rel_types": [step["rel"]],
-                        "direction": step["direction"],
-                        "target_label": step["to_label"],
-                        "limit": k,
-                    },
-                )
-            )
+            calls.append(self._search([ent["key"]], step["rel"], step["direction"], step["to_label"], k))
             hierarchy = find_hierarchy(self.bundle.skb, str(ent["label"])) if self.use_hierarchy else None
             if hierarchy is not None:
-                calls.append(
-                    (
-                        "search_nodes",
-                        {
-                            "keys": [ent["key"]],
-                            "rel_types": [hierarchy.rel],
-                            "direction": "both",
-                            "target_label": hierarchy.label,
-                            "limit": k,
-                        },
-                    )
-                )
+                calls.append(self._search([ent["key"]], hierarchy.rel, "both", hierarchy.label, k))
         if self.use_semantic or not calls:
             args: dict[str, Any] = {"text": str(plan.get("question") or ""), "k": k}
             if target:
@@ -394,18 +399,7 @@ class OfflinePlanner(BaseChatModel):
                 if isinstance(other, str) and other not in linked_keys and other not in neigh:
                     neigh.append(other)
             if neigh:
-                calls.append(
-                    (
-                        "search_nodes",
-                        {
-                            "keys": neigh[:200],
-                            "rel_types": [step["rel"]],
-                            "direction": step["direction"],
-                            "target_label": step["to_label"],
-                            "limit": k,
-                        },
-                    )
-                )
+                calls.append(self._search(neigh[:200], step["rel"], step["direction"], step["to_label"], k))
         # second hop of two-hop paths from the best intermediates
         for path in paths:
             if len(path) != 2 or path[-1]["to_label"] != target:
@@ -421,18 +415,7 @@ class OfflinePlanner(BaseChatModel):
             ranked = rank_targets(skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS)
             seeds = [key for key, _ in ranked[:SECOND_HOP_SEEDS]]
             if seeds:
-                calls.append(
-                    (
-                        "search_nodes",
-                        {
-                            "keys": seeds,
-                            "rel_types": [path[1]["rel"]],
-                            "direction": path[1]["direction"],
-                            "target_label": path[1]["to_label"],
-                            "limit": k,
-                        },
-                    )
-                )
+                calls.append(self._search(seeds, path[1]["rel"], path[1]["direction"], path[1]["to_label"], k))
             break
         return calls
 

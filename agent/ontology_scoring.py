@@ -54,7 +54,33 @@ class Annotation:
     direction: Direction
 
 
+_SCHEMAS: weakref.WeakKeyDictionary[SKB, GraphSchema] = weakref.WeakKeyDictionary()
+_HIERARCHIES: weakref.WeakKeyDictionary[SKB, dict[str, Hierarchy | None]] = weakref.WeakKeyDictionary()
+_META_LOCK = threading.Lock()
+
+
+def schema_for(skb: SKB) -> GraphSchema:
+    """``skb.schema()`` computed once per SKB (it walks every node and edge: ~1 s on HPO)."""
+    with _META_LOCK:
+        schema = _SCHEMAS.get(skb)
+        if schema is None:
+            schema = _SCHEMAS[skb] = skb.schema()
+        return schema
+
+
 def find_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
+    """Cached ``detect_hierarchy``."""
+    with _META_LOCK:
+        per = _HIERARCHIES.setdefault(skb, {})
+        if label in per:
+            return per[label]
+    found = detect_hierarchy(skb, label)
+    with _META_LOCK:
+        _HIERARCHIES.setdefault(skb, {})[label] = found
+    return found
+
+
+def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
     """The self-relation on ``label`` with the most edges, oriented child -> parent.
 
     Orientation is inferred, not assumed: in a hierarchy the broader side has fewer distinct
@@ -62,7 +88,7 @@ def find_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
     subclass_of and part_of alike, whichever way an importer drew the edges.
     """
     counts: dict[str, int] = defaultdict(int)
-    for rel in skb.schema().relations:
+    for rel in schema_for(skb).relations:
         if rel.src_label == label and rel.dst_label == label:
             counts[rel.rel] += rel.count
     if not counts:
@@ -345,7 +371,7 @@ def model_for(skb: SKB, target_label: str, term_label: str) -> AnnotationModel |
         per = _CACHE.setdefault(skb, {})
         if (target_label, term_label) in per:
             return per[(target_label, term_label)]
-        annotation = find_annotation(skb.schema(), target_label, term_label)
+        annotation = find_annotation(schema_for(skb), target_label, term_label)
         model = None
         if annotation is not None:
             model = build_model(skb, annotation, find_hierarchy(skb, term_label))
