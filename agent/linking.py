@@ -241,7 +241,7 @@ class EntityLinker:
         *,
         fuzzy_threshold: float = 0.88,
         embedding_threshold: float = 0.6,
-        embedding_candidates: int = 10,
+        embedding_candidates: int = 8,
         max_synonym_keys: int = 3,
         use_embedding: bool = True,
     ) -> None:
@@ -427,7 +427,7 @@ class EntityLinker:
         if ntype is not None and ntype.synonym_field:
             syn = node.props.get(ntype.synonym_field) or []
             names.extend(str(x) for x in (syn if isinstance(syn, list) else [syn]))
-        return list(dict.fromkeys(names))[:12]
+        return list(dict.fromkeys(names))[:8]
 
     def _embed(self, mention: str, exclude: Sequence[str]) -> list[tuple[str, float]]:
         """Nearest node by its *names*: node-text neighbours re-scored by name/synonym similarity.
@@ -447,7 +447,11 @@ class EntityLinker:
         phrases: list[tuple[str, str]] = [(k, p) for k in cands for p in self._phrases(k)]
         missing = [p for _, p in phrases if p not in self._phrase_vecs]
         if missing:
-            mats = np.asarray(self.bundle.embedder.embed(list(dict.fromkeys(missing))), dtype=np.float32)
+            # Like queries, names bypass the on-disk embedding cache (``inner``): the linker keeps its
+            # own in-memory cache, and growing the index's cache per question would slow every call.
+            embedder = self.bundle.embedder
+            embedder = getattr(embedder, "inner", embedder)
+            mats = np.asarray(embedder.embed(list(dict.fromkeys(missing))), dtype=np.float32)
             for text, row in zip(dict.fromkeys(missing), mats):
                 self._phrase_vecs[text] = row
         best: dict[str, float] = {}
