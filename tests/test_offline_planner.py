@@ -177,6 +177,9 @@ def test_first_round_searches_each_entity_along_the_path_and_its_hierarchy(hpo_m
     assert all(c["args"]["limit"] == 7 for c in along + hier)
     assert [c["args"]["keys"] for c in hier] == [[e["key"]] for e in APERT_LINKED]
     assert all(c["args"]["direction"] == "both" and c["args"]["target_label"] == "Phenotype" for c in hier)
+    for c in along:  # ranking (costly) is requested exactly when the call could truncate
+        degree = sum(1 for e in hpo_mini_skb.in_edges(c["args"]["keys"][0]) if e.rel == "HAS_PHENOTYPE")
+        assert c["args"]["rank"] == (degree > 7)
     sem = [c for c in calls if c["name"] == "semantic_search"]
     assert len(sem) == 1 and sem[0]["args"]["label"] == "Disease"
     assert len({c["id"] for c in calls}) == len(calls)
