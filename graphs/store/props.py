@@ -28,9 +28,14 @@ def _finite(value: Any) -> bool:
     return not (isinstance(value, float) and not math.isfinite(value))
 
 
+def clean_text(text: str) -> str:
+    """FalkorDB's query parser stops at NUL: a NUL inside a parameter string fails the whole batch."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def store_name(name: str) -> str | None:
     """A property name FalkorDB's parameter header accepts (no backticks, not empty); None drops it."""
-    cleaned = str(name).replace("`", "'")
+    cleaned = clean_text(str(name).replace("`", "'"))
     return cleaned or None
 
 
@@ -48,10 +53,12 @@ def store_value(value: Any) -> Scalar | list[Scalar] | None:
     """
     if value is None or not _finite(value):
         return None  # NaN/inf have no Cypher literal; treated like a missing value
-    if isinstance(value, (str, bool, int, float)):
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [v for v in value if v is not None and _finite(v)]
+        items = [clean_text(v) if isinstance(v, str) else v for v in value if v is not None and _finite(v)]
         if all(isinstance(v, str) for v in items) or all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
         ):
@@ -68,7 +75,7 @@ def store_props(props: dict[str, Any], *, key: str | None = None) -> dict[str, A
     """Sanitised copy of a property map, with `key` forced to the node key when given."""
     out: dict[str, Any] = {}
     if key is not None:
-        out["key"] = key
+        out["key"] = clean_text(key)
     for name, value in props.items():
         if key is not None and name == "key":
             continue
@@ -107,7 +114,9 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
                 record=i,
                 fix="call skb.validate() before loading, and add the node or drop the edge",
             )
-        rows[(edge.rel, src.label, dst.label)].append({"s": edge.src, "d": edge.dst, "p": store_props(edge.props)})
+        rows[(edge.rel, src.label, dst.label)].append(
+            {"s": clean_text(edge.src), "d": clean_text(edge.dst), "p": store_props(edge.props)}
+        )
     return dict(rows)
 
 
