@@ -110,10 +110,10 @@ from graphs.cli import register as _register_graphs
 _register_graphs(app)
 
 
-from agent.mcp_server import mcp_command as _mcp_command  # noqa: E402
-from agent.trace_cli import trace_app as _trace_app  # noqa: E402
-from evals.cli import eval_app as _eval_app  # noqa: E402
-from graphs.sage_cli import graph_app as _graph_app  # noqa: E402
+from agent.mcp_server import mcp_command as _mcp_command
+from agent.trace_cli import trace_app as _trace_app
+from evals.cli import eval_app as _eval_app
+from graphs.sage_cli import graph_app as _graph_app
 
 app.add_typer(_eval_app, name="eval")
 app.add_typer(_graph_app, name="graph")

@@ -60,9 +60,9 @@ def test_ask_json_with_openai_planner(openai_stub: Stub, hpo_index_dir: Path) ->
 def test_ask_table_with_openai_planner_and_trace(
     openai_stub: Stub, hpo_index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agent.tracing import TraceStore
-
     from rich.console import Console
+
+    from agent.tracing import TraceStore
 
     db = tmp_path / "traces.sqlite"
     monkeypatch.setenv("SKB_TRACE_DB", str(db))
