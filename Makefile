@@ -28,6 +28,8 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/ensure_chromium.sh
+	$(BIN)/ruff check graphs tools agent evals tests
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-all: $(STAMP)
