@@ -78,7 +78,13 @@ def ask_command(
         except ValidationError as exc:
             raise ConfigError(f"invalid option: {exc}") from exc
         with IndexBundle.open(index_dir) as bundle:
-            result = ask(question, bundle=bundle, config=config, run_config=_run_config(index_dir, trace))
+            run_config = _run_config(index_dir, trace)
+            result = ask(question, bundle=bundle, config=config, run_config=run_config)
+            callbacks = run_config.get("callbacks")
+            for callback in callbacks if isinstance(callbacks, list) else []:
+                flush = getattr(callback, "flush", None)
+                if callable(flush):
+                    flush()  # `skb trace` right after `skb ask` must see the finished run
     except SKBError as exc:
         raise _fail(exc) from exc
     if as_json:

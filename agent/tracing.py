@@ -617,16 +617,21 @@ class LocalTracer(BaseTracer):
         self.last_trace_id: str | None = None
         self.errors: list[str] = []
         self._queue: queue.Queue[dict[str, Any] | None] | None = None
+        self._writer: threading.Thread | None = None
         if background:
             self._queue = queue.Queue()
-            threading.Thread(target=self._drain, name="skb-trace-writer", daemon=True).start()
-            atexit.register(self.flush)
+            self._writer = threading.Thread(target=self._drain, name="skb-trace-writer", daemon=True)
+            self._writer.start()
+            atexit.register(self.close)
 
     def _drain(self) -> None:
         assert self._queue is not None
         while True:
             row = self._queue.get()
-            batch = [row]
+            if row is None:  # close(): stop before interpreter teardown, not inside SQLite during it
+                self._queue.task_done()
+                return
+            batch: list[dict[str, Any] | None] = [row]
             while True:  # write what has piled up in one transaction
                 try:
                     batch.append(self._queue.get_nowait())
@@ -644,8 +649,18 @@ class LocalTracer(BaseTracer):
 
     def flush(self) -> None:
         """Block until every run recorded so far is in the database."""
-        if self._queue is not None:
+        if self._queue is not None and self._writer is not None and self._writer.is_alive():
             self._queue.join()
+
+    def close(self) -> None:
+        """Flush and stop the writer thread (runs at exit: a daemon thread still inside SQLite
+        while the interpreter finalises can crash the process)."""
+        writer = self._writer
+        if self._queue is None or writer is None or not writer.is_alive():
+            return
+        self.flush()
+        self._queue.put(None)
+        writer.join(timeout=10)
 
     # -- hooks from BaseTracer ---------------------------------------------------------------
     def _persist_run(self, run: Run) -> None:
