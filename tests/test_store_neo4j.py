@@ -39,6 +39,12 @@ def bolt_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from arcadedb_embedded.server import ArcadeDBServer
 
     root = tmp_path_factory.mktemp("arcadedb")
+    # JPype's exit hook (_JTerminate) intermittently segfaults while the JVM is torn down next to
+    # torch's and our other threads, turning a passing run into exit code 139. The server is stopped
+    # in this fixture's teardown, so nothing is left for the exit hook to clean up: skip it.
+    import jpype.config
+
+    jpype.config.onexit = False
     jvm_kwargs: dict[str, Any] | None = None
     if not jpype.isJVMStarted():
         # small heap; java.util.logging config so ArcadeDB neither floods stderr nor writes ./log/ in the cwd
