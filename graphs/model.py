@@ -131,7 +131,8 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def _type_name(value: Any) -> str:
+def value_type_name(value: Any) -> str:
+    """Cypher-style type names for schema rendering (shared with the stores' introspection)."""
     if isinstance(value, bool):
         return "BOOLEAN"
     if isinstance(value, int):
@@ -260,7 +261,7 @@ class SKB:
             for pname, value in node.props.items():
                 info = table.get(pname)
                 if info is None:
-                    info = table[pname] = PropertyInfo(name=pname, type=_type_name(value))
+                    info = table[pname] = PropertyInfo(name=pname, type=value_type_name(value))
                 if len(info.samples) < max_samples and value not in (None, "", []):
                     info.samples.append(str(value)[:80])
         rel_counts: Counter[tuple[str, str, str]] = Counter()

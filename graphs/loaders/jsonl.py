@@ -25,8 +25,6 @@ from __future__ import annotations
 import gc
 import gzip as gzip_mod
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from graphs.errors import LoaderError
+from graphs.manifest import atomic_write_bytes
 from graphs.model import SKB, Edge, Node, NodeType
 
 try:  # optional speed-up; the format is plain JSON either way
@@ -291,30 +290,6 @@ def load_jsonl(directory: Path) -> SKB:
 # -- writing ---------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. platforms without directory fds
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _encode(path_base: str, lines: Iterator[bytes], gzip: bool) -> tuple[str, bytes]:
     data = b"".join(lines)
     if gzip:
@@ -350,11 +325,11 @@ def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:
     try:
         for base, lines in ((NODES, node_lines()), (EDGES, edge_lines())):
             fname, data = _encode(base, lines, gzip)
-            _atomic_write(directory / fname, data)
+            atomic_write_bytes(directory / fname, data)
             stale = directory / (base if gzip else f"{base}.gz")
             if stale.exists():
                 stale.unlink()
-        _atomic_write(directory / SCHEMA, (json.dumps(schema, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        atomic_write_bytes(directory / SCHEMA, (json.dumps(schema, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
     except (TypeError, ValueError) as exc:
         raise LoaderError(
             str(directory), f"a property value is not JSON-serialisable ({exc})", fix="use str/int/float/bool/list/dict"

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphs.errors import LoaderError
-from graphs.model import SKB, LabelInfo, PropertyInfo
+from graphs.model import SKB, LabelInfo, PropertyInfo, value_type_name
 
 Scalar = str | int | float | bool
 
@@ -120,19 +120,6 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
     return dict(rows)
 
 
-def type_name(value: Any) -> str:
-    """Cypher-ish type names matching graphs.model's SKB.schema()."""
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "INTEGER"
-    if isinstance(value, float):
-        return "FLOAT"
-    if isinstance(value, list):
-        return "LIST"
-    return "STRING"
-
-
 def label_info_from_samples(label: str, count: int, samples: Sequence[dict[str, Any]], max_samples: int) -> LabelInfo:
     """Build a LabelInfo from sampled property maps; `key` first, then `name`, then the rest as first seen."""
     infos: dict[str, PropertyInfo] = {}
@@ -140,7 +127,7 @@ def label_info_from_samples(label: str, count: int, samples: Sequence[dict[str, 
         for pname, value in props.items():
             info = infos.get(pname)
             if info is None:
-                info = infos[pname] = PropertyInfo(name=pname, type=type_name(value))
+                info = infos[pname] = PropertyInfo(name=pname, type=value_type_name(value))
             if len(info.samples) < max_samples and value not in (None, "", []):
                 info.samples.append(str(value)[:80])
     ordered = [infos.pop(p) for p in ("key", "name") if p in infos] + list(infos.values())
