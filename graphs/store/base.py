@@ -13,6 +13,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field
 
+from graphs.errors import CypherValidationError
 from graphs.model import SKB, GraphSchema
 
 ProgressFn = Callable[[int, int], None]
@@ -73,6 +74,45 @@ class GraphStore(ABC):
         limit: int = 5000,
     ) -> list[Triple]:
         """One-hop edges around the given node keys (labelled, index-backed lookups)."""
+
+    @abstractmethod
+    def labels(self) -> list[str]: ...
+
+    @abstractmethod
+    def relationship_types(self) -> list[str]: ...
+
+    def _neighbor_keys(
+        self,
+        keys: Sequence[str],
+        rel_types: Sequence[str] | None,
+        direction: str,
+        target_label: str | None,
+        limit: int,
+    ) -> list[str]:
+        """Validate `neighbors()` arguments the same way in every store; [] means nothing to look up.
+
+        Unknown relation types or labels are errors naming the valid choices (an LLM can repair
+        them), not an empty result that reads as "no neighbours".
+        """
+        if isinstance(keys, str):
+            keys = [keys]
+        if direction not in ("out", "in", "both"):
+            raise CypherValidationError(f"direction must be 'out', 'in' or 'both', got {direction!r}")
+        if limit <= 0 or not keys:
+            return []
+        if rel_types:
+            known = set(self.relationship_types())
+            unknown = [r for r in rel_types if r not in known]
+            if unknown:
+                raise CypherValidationError(
+                    f"unknown relationship type(s) {', '.join(map(repr, unknown))}; valid types: "
+                    f"{', '.join(sorted(known)) or '(none)'}"
+                )
+        if target_label is not None and target_label not in set(self.labels()):
+            raise CypherValidationError(
+                f"unknown target label {target_label!r}; valid labels: {', '.join(self.labels()) or '(none)'}"
+            )
+        return [str(k) for k in keys]
 
     @abstractmethod
     def count_nodes(self) -> int: ...

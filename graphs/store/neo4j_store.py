@@ -35,15 +35,17 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.model import SKB, GraphSchema, RelationInfo
+from graphs.model import SKB, GraphSchema
 from graphs.store.base import GraphStore, ProgressFn, QueryResult, Triple
 from graphs.store.cypher_guard import check_read_only
 from graphs.store.props import (
     batched,
     edge_rows_by_pattern,
+    group_by_label,
     label_info_from_samples,
     node_rows_by_label,
     quote_name,
+    relations_from_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -333,10 +335,7 @@ class Neo4jStore(GraphStore):
         rows = self._read(
             "MATCH (a)-[r]->(b) RETURN type(r) AS rel, labels(a)[0] AS src, labels(b)[0] AS dst, count(r) AS c"
         )
-        relations = sorted(
-            (RelationInfo(rel=str(r[0]), src_label=str(r[1]), dst_label=str(r[2]), count=int(r[3])) for r in rows),
-            key=lambda ri: (ri.rel, ri.src_label, ri.dst_label),
-        )
+        relations = relations_from_rows(rows)
         self._schema = GraphSchema(labels=infos, relations=relations)
         return self._schema
 
@@ -350,12 +349,7 @@ class Neo4jStore(GraphStore):
                     f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key", {"keys": unknown}
                 ):
                     self._key_labels[str(key)] = label
-        by_label: dict[str, list[str]] = {}
-        for key in dict.fromkeys(keys):
-            found = self._key_labels.get(key)
-            if found is not None:
-                by_label.setdefault(found, []).append(key)
-        return by_label
+        return group_by_label(keys, self._key_labels)
 
     def neighbors(
         self,
@@ -366,29 +360,14 @@ class Neo4jStore(GraphStore):
         target_label: str | None = None,
         limit: int = 5000,
     ) -> list[Triple]:
-        if isinstance(keys, str):
-            keys = [keys]
-        if direction not in ("out", "in", "both"):
-            raise CypherValidationError(f"direction must be 'out', 'in' or 'both', got {direction!r}")
-        if limit <= 0 or not keys:
+        keys = self._neighbor_keys(keys, rel_types, direction, target_label, limit)
+        if not keys:
             return []
-        if rel_types:
-            known = set(self.relationship_types())
-            unknown = [r for r in rel_types if r not in known]
-            if unknown:
-                raise CypherValidationError(
-                    f"unknown relationship type(s) {', '.join(map(repr, unknown))}; valid types: "
-                    f"{', '.join(sorted(known)) or '(none)'}"
-                )
-        if target_label is not None and target_label not in self.labels():
-            raise CypherValidationError(
-                f"unknown target label {target_label!r}; valid labels: {', '.join(self.labels()) or '(none)'}"
-            )
         rel_pattern = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
         target = f":{quote_name(target_label)}" if target_label else ""
         triples: list[Triple] = []
         seen: set[str] = set()
-        by_label = self._labels_of_keys([str(k) for k in keys])
+        by_label = self._labels_of_keys(keys)
         for label in sorted(by_label):
             for side in ("out", "in") if direction == "both" else (direction,):
                 remaining = limit - len(triples)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphs.errors import LoaderError
-from graphs.model import SKB, LabelInfo, PropertyInfo, value_type_name
+from graphs.model import SKB, LabelInfo, PropertyInfo, RelationInfo, value_type_name
 
 Scalar = str | int | float | bool
 
@@ -134,3 +134,21 @@ def label_info_from_samples(label: str, count: int, samples: Sequence[dict[str, 
     if not any(p.name == "key" for p in ordered):
         ordered.insert(0, PropertyInfo(name="key", type="STRING"))
     return LabelInfo(label=label, count=count, properties=ordered)
+
+
+def relations_from_rows(rows: Sequence[Sequence[Any]]) -> list[RelationInfo]:
+    """Rows of `type(r), labels(a)[0], labels(b)[0], count(r)` as sorted relation patterns."""
+    return sorted(
+        (RelationInfo(rel=str(r[0]), src_label=str(r[1]), dst_label=str(r[2]), count=int(r[3])) for r in rows),
+        key=lambda ri: (ri.rel, ri.src_label, ri.dst_label),
+    )
+
+
+def group_by_label(keys: Sequence[str], key_labels: dict[str, str]) -> dict[str, list[str]]:
+    """label -> keys (deduplicated, in order) for the keys whose label is known."""
+    by_label: dict[str, list[str]] = {}
+    for key in dict.fromkeys(keys):
+        found = key_labels.get(key)
+        if found is not None:
+            by_label.setdefault(found, []).append(key)
+    return by_label
