@@ -267,44 +267,14 @@ def clean_stale_builds(index_dir: Path) -> list[Path]:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a build's pid is still running (one zombie-aware check, shared with the server module)."""
+    from graphs.store.falkordb_server import pid_alive
+
+    return pid_alive(pid)
 
 
 def _stop_server_for(index_dir: Path) -> None:
-    """A FalkorDB server still serving the previous index would keep serving the old graph.
+    """A FalkorDB server still serving the previous index would keep serving the old graph."""
+    from graphs.store.falkordb_server import stop_server_for
 
-    The state file names a pid and port; where /proc exists the pid must still work in this
-    index's falkordb dir, so a stale state file never makes us stop somebody else's server.
-    """
-    import json
-
-    import redis
-
-    from graphs.store.falkordb_store import STATE_FILE
-
-    data_dir = index_dir / "falkordb"
-    try:
-        state = json.loads((data_dir / STATE_FILE).read_text(encoding="utf-8"))
-        port, pid = int(state["port"]), int(state["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    cwd = Path(f"/proc/{pid}/cwd")
-    if Path("/proc/self").exists():
-        try:
-            if cwd.resolve(strict=True) != data_dir.resolve():
-                return
-        except OSError:  # the pid is gone (or not ours to inspect): nothing to stop
-            return
-    conn = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)
-    try:
-        conn.shutdown(nosave=True)
-    except (redis.RedisError, OSError):
-        return
-    finally:
-        conn.close()
+    stop_server_for(index_dir / "falkordb")

