@@ -2,12 +2,21 @@
 
 Everything is built into a sibling temp directory and swapped in at the end, so an
 interrupted build leaves the previous index usable and never a half-written one.
+
+What a build may replace (``check_target``): a missing or empty directory, or an skb index
+(a ``manifest.json`` this code wrote). Anything else is refused untouched. Inside an index the
+build owns ``BUILD_OWNED`` (its parts); every other top-level entry (``traces.sqlite``,
+``threads.sqlite``, a user's notes) is moved into the new index at the swap, so an open SQLite
+connection keeps writing to the same file. A file the previous build did not list inside a pure
+build output directory (``skb/``, ``hnsw/``, ``bm25/``, ``sage/``) makes the rebuild refuse
+rather than delete it; ``falkordb/`` is the graph server's data directory and is replaced whole.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import sys
@@ -57,6 +66,82 @@ class BuildSummary(BaseModel):
     size_bytes: int
 
 
+#: Top-level entries a build writes (the CLI adds ``inputs.sha256``); everything else in an index is the user's.
+BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb"})
+#: Build outputs whose every file the manifest lists: a file not listed there is not the build's.
+LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage")
+
+
+def _is_index(path: Path) -> bool:
+    """True when ``path`` holds a manifest this code wrote (any format version: an old index may be replaced)."""
+    try:
+        raw = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(raw, dict)
+        and isinstance(raw.get("format_version"), int)
+        and isinstance(raw.get("files"), dict)
+        and isinstance(raw.get("embedder"), dict)
+    )
+
+
+def _foreign_files(index_dir: Path) -> list[str]:
+    """Files inside the listed build outputs of an index that its manifest does not list."""
+    try:
+        listed = set(json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))["files"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        listed = set()
+    foreign: list[str] = []
+    for sub in LISTED_OUTPUT_DIRS:
+        root = index_dir / sub
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(index_dir).as_posix()
+            if (path.is_file() or path.is_symlink()) and rel not in listed:
+                foreign.append(rel)
+    return foreign
+
+
+def check_target(index_dir: Path) -> None:
+    """Refuse (ConfigError, nothing touched) a target a build must not replace.
+
+    Allowed: a missing or empty directory, or an skb index without foreign files in its listed
+    build outputs. Refused: a file, a non-empty directory that is not an index, a mount point,
+    and the working directory or one of its parents (the swap would pull it from under the process).
+    """
+    index_dir = Path(index_dir)
+    resolved = index_dir.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise ConfigError(
+            f"--index-dir {index_dir} is the working directory or contains it ({resolved}); a build replaces "
+            "the index directory as a whole, so pass a directory below the working directory "
+            "(e.g. --index-dir .skb/NAME) or run skb index from elsewhere"
+        )
+    if index_dir.exists() and not index_dir.is_dir():
+        raise ConfigError(f"--index-dir {index_dir} exists and is not a directory; choose another path")
+    if resolved.is_dir() and os.path.ismount(resolved):
+        raise ConfigError(f"--index-dir {index_dir} is a mount point; pass a directory inside it")
+    if not resolved.is_dir() or not any(resolved.iterdir()):
+        return
+    if not _is_index(resolved):
+        raise ConfigError(
+            f"--index-dir {index_dir} is not empty and is not an skb index (no manifest.json written by "
+            "skb index); a build replaces its index directory, so it refuses to touch this one. Choose a new "
+            "or empty directory; nothing was changed"
+        )
+    foreign = _foreign_files(resolved)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigError(
+            f"the index at {index_dir} holds files no build created: {shown}; a rebuild replaces "
+            f"{', '.join(d + '/' for d in LISTED_OUTPUT_DIRS)} as a whole, so move them out first "
+            "(files at the top level of the index are kept); nothing was changed"
+        )
+
+
 def default_cache_dir(index_dir: Path) -> Path:
     """The embedding cache sits beside (not inside) the index so the swap keeps it."""
     return index_dir.resolve().parent / ".skb-cache"
@@ -81,9 +166,9 @@ def build_index(
 
     config = config or IndexConfig()
     report = progress or _noop
-    index_dir = Path(index_dir)
-    if index_dir.exists() and not index_dir.is_dir():
-        raise ConfigError(f"--index-dir {index_dir} exists and is not a directory; choose another path")
+    shown_dir = Path(index_dir)
+    check_target(shown_dir)
+    index_dir = shown_dir.resolve()  # a symlinked index dir: build beside, and swap, its target
     if not skb.nodes:
         raise ConfigError("the SKB has no nodes; check the dataset path and format")
     index_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -176,10 +261,10 @@ def build_index(
         manifest.write(tmp)
         _swap_in(tmp, index_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard(tmp, index_dir)
         raise
     return BuildSummary(
-        index_dir=str(index_dir),
+        index_dir=str(shown_dir),
         nodes=stats["nodes"],
         edges=stats["edges"],
         similarity_edges=n_similar,
@@ -189,16 +274,28 @@ def build_index(
 
 
 def _swap_in(tmp: Path, index_dir: Path) -> None:
-    """Replace index_dir with tmp, then stop the previous index's FalkorDB server and delete it.
+    """Replace index_dir with tmp, keep the user's entries, then stop the previous index's server and delete it.
 
     On Linux the two directories are exchanged by one renameat2(RENAME_EXCHANGE), so a reader
     opening index_dir finds the old or the new index, never none; elsewhere the old dir is moved
     aside first (a short window without index_dir). The old server is stopped only after the
     exchange: a live store then reconnects (auto_restart) to the *new* graph on its next call,
     instead of restarting a server on the old directory just before it is deleted.
+
+    Entries outside BUILD_OWNED (trace and thread databases, notes) are renamed into the new index
+    before the exchange (same inode: an open SQLite connection keeps writing to the same file,
+    found at the same path afterwards), and once more after it for any created meanwhile. The old
+    directory is deleted only when it holds nothing but build-owned parts.
     """
     _fsync_dir(tmp)
     if index_dir.exists():
+        foreign = _foreign_files(index_dir)  # created since check_target: refuse rather than delete
+        if foreign:
+            raise ConfigError(
+                f"the index at {index_dir} gained files no build created during the build: {', '.join(foreign[:5])}; "
+                "move them out and build again; nothing was changed"
+            )
+        _carry_user_entries(index_dir, tmp)
         old = index_dir.parent / f".{index_dir.name}.old-{os.getpid()}"
         if old.exists():
             shutil.rmtree(old)
@@ -206,13 +303,49 @@ def _swap_in(tmp: Path, index_dir: Path) -> None:
             os.replace(tmp, old)  # tmp holds the previous index now
         else:
             os.replace(index_dir, old)
-            os.replace(tmp, index_dir)
+            try:
+                os.replace(tmp, index_dir)
+            except BaseException:
+                os.replace(old, index_dir)  # put the previous index back; _discard returns the user's entries
+                raise
         _fsync_dir(index_dir.parent)
+        _carry_user_entries(old, index_dir)
         _stop_server_for(old)
-        shutil.rmtree(old, ignore_errors=True)
+        if _foreign_files(old) or any(entry.name not in BUILD_OWNED for entry in old.iterdir()):
+            kept = index_dir.parent / f".{index_dir.name}.kept-{os.getpid()}-{time.time_ns()}"
+            os.replace(old, kept)  # never delete what the build did not create
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, index_dir)
         _fsync_dir(index_dir.parent)
+
+
+def _discard(tmp: Path, index_dir: Path) -> None:
+    """Delete a failed build's temp dir, first handing back any user entry a failed swap had moved into it."""
+    if tmp.is_dir() and index_dir.is_dir():
+        try:
+            _carry_user_entries(tmp, index_dir)
+        except OSError:
+            return  # keep tmp (and what it holds) rather than lose a user's file
+        if any(entry.name not in BUILD_OWNED for entry in tmp.iterdir()):
+            return
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _carry_user_entries(src: Path, dst: Path) -> None:
+    """Rename every top-level entry of ``src`` outside BUILD_OWNED into ``dst`` (same filesystem).
+
+    SQLite's side files (``-wal``, ``-shm``) move with their database; a name already taken in
+    ``dst`` (created there meanwhile) is left in ``src``, which is then kept, not deleted.
+    """
+    for entry in sorted(src.iterdir()):
+        if entry.name in BUILD_OWNED:
+            continue
+        target = dst / entry.name
+        if target.exists() or target.is_symlink():
+            continue
+        os.rename(entry, target)
 
 
 def _fsync_dir(path: Path) -> None:

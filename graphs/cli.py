@@ -40,7 +40,7 @@ def index_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
-    from graphs.build import IndexConfig, SimilarityConfig, build_index
+    from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
     from graphs.loaders import load_dataset
 
     try:
@@ -56,6 +56,7 @@ def index_command(
             embedder=embedder,
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
         )
+        check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         fingerprint = _fingerprint(dataset, data, config)
         if not force and _reusable(index_dir, fingerprint):
             console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
@@ -80,6 +81,10 @@ def index_command(
         _write_fingerprint(index_dir, fingerprint)
     except SKBError as exc:
         raise fail(exc) from exc
+    except OSError as exc:  # disk full, permissions, a busy mount: a message naming the path, not a traceback
+        where = exc.filename or index_dir
+        raise fail(SKBError(f"cannot write the index at {index_dir} ({where}: {exc.strerror or exc}); "
+                            "check the path, its permissions and free space")) from exc
     if as_json:
         print(summary.model_dump_json(indent=2))
         return

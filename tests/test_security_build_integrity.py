@@ -1,0 +1,150 @@
+"""Build safety and index integrity through the real `skb index` CLI, FalkorDB and MiniLM (issue 15).
+
+- A build never deletes a directory that is not an index, nor anything a build did not create:
+  user files beside the index's own parts (``traces.sqlite``, notes) survive ``--force``; a
+  foreign file inside a build-owned subdirectory makes the rebuild refuse instead of deleting it.
+- ``--index-dir .`` (or any directory holding the working directory) is an exit-2 message.
+- The graph data (``falkordb/dump.rdb``) is covered by the manifest: a missing, empty or altered
+  dump is refused at open with the rebuild command, and serving an index never rewrites it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from graphs.bundle import IndexBundle
+from graphs.loaders.jsonl import write_jsonl
+from tests.store_fixtures import tiny_skb
+
+pytestmark = pytest.mark.integration
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny SKB of the store tests as a JSONL dataset directory."""
+    data = tmp_path_factory.mktemp("tiny_data")
+    write_jsonl(tiny_skb(), data)
+    return data
+
+
+def skb_index(data: Path, index_dir: Path | str, *extra: str) -> tuple[int, str]:
+    """Run `skb index --dataset jsonl` in-process; (exit code, stdout + stderr)."""
+    result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(data), "--index-dir", str(index_dir),
+                                 "--json", *extra])  # fmt: skip
+    return result.exit_code, result.stdout + result.stderr
+
+
+def built(data: Path, index_dir: Path, *extra: str) -> Path:
+    code, out = skb_index(data, index_dir, *extra)
+    assert code == 0, out
+    return index_dir
+
+
+def clean_error(code: int, out: str, *needles: str) -> None:
+    out = " ".join(out.split())  # Rich wraps long messages at the terminal width
+    assert code == 2, out
+    assert "Traceback" not in out, out
+    for needle in needles:
+        assert needle in out, (needle, out)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# -- item 1: a build never deletes a directory that is not an index ------------------------------------
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_a_directory_that_is_not_an_index_is_refused_and_kept(tiny_data: Path, tmp_path: Path, force: bool) -> None:
+    victim = tmp_path / "v"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "notes.txt").write_text("precious")
+    (victim / "sub" / "deep.txt").write_text("also precious")
+    before = tree(victim)
+    code, out = skb_index(tiny_data, victim, *(["--force"] if force else []))
+    clean_error(code, out, str(victim), "not an skb index")
+    assert tree(victim) == before
+    assert not list(tmp_path.glob(".v.*"))  # no temp build left beside it
+
+
+def test_a_directory_with_a_foreign_manifest_json_is_not_an_index(tiny_data: Path, tmp_path: Path) -> None:
+    """A web app's manifest.json does not make a directory replaceable."""
+    victim = tmp_path / "webapp"
+    victim.mkdir()
+    (victim / "manifest.json").write_text('{"name": "my app", "icons": []}')
+    (victim / "index.html").write_text("<html></html>")
+    before = tree(victim)
+    code, out = skb_index(tiny_data, victim, "--force")
+    clean_error(code, out, "not an skb index")
+    assert tree(victim) == before
+
+
+def test_an_empty_directory_and_an_existing_index_are_built_into(tiny_data: Path, tmp_path: Path) -> None:
+    target = tmp_path / "empty"
+    target.mkdir()
+    built(tiny_data, target)
+    assert (target / "manifest.json").is_file()
+    built(tiny_data, target, "--force")
+    with IndexBundle.open(target) as bundle:
+        assert bundle.store.count_nodes() == len(tiny_skb().nodes)
+
+
+# -- item 9: --force keeps what the build did not create ------------------------------------------------
+def test_force_rebuild_keeps_traces_and_user_files(tiny_data: Path, tmp_path: Path) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    (index_dir / "notes.txt").write_text("my notes")
+    (index_dir / "mine").mkdir()
+    (index_dir / "mine" / "a.txt").write_text("mine too")
+    # a trace database in WAL mode with a connection held open across the rebuild, as a server's tracer does
+    conn = sqlite3.connect(index_dir / "traces.sqlite")
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE runs (id TEXT)")
+        conn.execute("INSERT INTO runs VALUES ('before')")
+        conn.commit()
+        built(tiny_data, index_dir, "--force")
+        conn.execute("INSERT INTO runs VALUES ('after')")  # the open connection still writes into the index
+        conn.commit()
+    finally:
+        conn.close()
+    assert (index_dir / "notes.txt").read_text() == "my notes"
+    assert (index_dir / "mine" / "a.txt").read_text() == "mine too"
+    fresh = sqlite3.connect(index_dir / "traces.sqlite")
+    try:
+        assert [r[0] for r in fresh.execute("SELECT id FROM runs ORDER BY rowid")] == ["before", "after"]
+    finally:
+        fresh.close()
+    with IndexBundle.open(index_dir) as bundle:  # the rebuilt index verifies
+        assert bundle.store.count_nodes() == len(tiny_skb().nodes)
+
+
+def test_a_foreign_file_inside_a_build_owned_directory_refuses_the_rebuild(tiny_data: Path, tmp_path: Path) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    (index_dir / "hnsw" / "my-experiment.npy").write_bytes(b"results of a week")
+    before = tree(index_dir)
+    code, out = skb_index(tiny_data, index_dir, "--force")
+    clean_error(code, out, "hnsw/my-experiment.npy")
+    assert tree(index_dir) == before
+
+
+# -- item 11: --index-dir . ------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["index", "empty", "parent"])
+def test_index_dir_holding_the_working_directory_is_a_clean_error(
+    tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cwd, arg = {"index": (index_dir, "."), "empty": (empty, "."), "parent": (index_dir / "skb", "..")}[where]
+    before = tree(tmp_path)
+    monkeypatch.chdir(cwd)
+    code, out = skb_index(tiny_data, arg, "--force")
+    clean_error(code, out, "working directory")
+    monkeypatch.undo()
+    assert tree(tmp_path) == before
