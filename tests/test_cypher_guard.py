@@ -10,8 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.path_planner import Hop, walk_query
 from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
-from graphs.store.cypher_guard import check_against_schema, check_read_only, extract_refs
+from graphs.store.cypher_guard import (
+    MAX_EXPRESSION_DEPTH,
+    MAX_QUERY_CHARS,
+    MAX_RANGE_ELEMENTS,
+    QueryTooComplexError,
+    check_against_schema,
+    check_read_only,
+    check_resources,
+    extract_refs,
+)
 from tests.store_fixtures import tiny_skb
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "cypher_guard_cases.json").read_text())
@@ -171,3 +181,132 @@ def test_relationship_and_alias_properties_are_not_flagged() -> None:
     check_against_schema("MATCH (a:Disease)-[r:ASSOCIATED_WITH]->(g) RETURN r.source, r.anything", SCHEMA)
     check_against_schema("UNWIND $rows AS row WITH row.foo AS f RETURN f", SCHEMA)
     check_against_schema("MATCH (n:Disease) WITH n AS m RETURN m.whatever", SCHEMA)
+
+
+# ---------------------------------------------------------------------------
+# resource bounds (issue 15, items 2 and 3): refused before the server parses or evaluates them
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "RETURN " + "-" * 22 + "1 AS x",  # the issue's 35-character query (7 s of parsing)
+        "RETURN " + "+" * 13 + "1 AS x",
+        "RETURN " + "NOT " * 13 + "true AS x",
+        "RETURN " + "(" * 13 + "1" + ")" * 13 + " AS x",
+        "RETURN " + "(" * 1990 + "1" + ")" * 1990 + " AS x",  # kept a server thread busy for minutes
+        "RETURN " + "[" * 13 + "1" + "]" * 13 + " AS x",
+        "RETURN " + "{a:" * 13 + "1" + "}" * 13 + " AS x",
+        "RETURN " + "-(" * 7 + "1" + ")" * 7 + " AS x",  # mixed: each pair is two levels
+        "RETURN " + "CASE WHEN true THEN " * 13 + "1" + " END" * 13 + " AS x",
+        "RETURN " + "abs(" * 13 + "1" + ")" * 13 + " AS x",
+        "RETURN " + "[x IN " * 13 + "[1]" + " | x]" * 13 + " AS y",
+    ],
+    ids=lambda q: q[:40],
+)
+def test_deep_nesting_is_refused_with_the_limit_named(query: str) -> None:
+    with pytest.raises(QueryTooComplexError, match=f"nesting deeper than {MAX_EXPRESSION_DEPTH}") as err:
+        check_resources(query)
+    assert "flatten" in str(err.value)
+    assert isinstance(err.value, CypherValidationError)  # callers that handle validation errors keep working
+
+
+def test_nesting_at_the_limit_passes() -> None:
+    check_resources("RETURN " + "-" * MAX_EXPRESSION_DEPTH + "1 AS x")
+    check_resources("RETURN " + "(" * MAX_EXPRESSION_DEPTH + "1" + ")" * MAX_EXPRESSION_DEPTH + " AS x")
+
+
+def test_many_moderately_deep_subexpressions_are_refused_by_parse_cost() -> None:
+    """300 depth-11 chains parsed for 10 s although none passes the depth limit."""
+    query = "RETURN " + "+".join(["(" + "-" * 10 + "1)"] * 300) + " AS y"
+    with pytest.raises(QueryTooComplexError, match="too expensive to parse"):
+        check_resources(query)
+
+
+def test_long_query_text_is_refused() -> None:
+    query = "MATCH (n) WHERE n.key IN [" + ",".join(["'k'"] * 4000) + "] RETURN n"
+    assert len(query) > MAX_QUERY_CHARS
+    with pytest.raises(QueryTooComplexError, match=r"\$parameters"):
+        check_resources(query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "RETURN size(range(1, 1000000000)) AS n",
+        "RETURN size(range(1, 300000000)) AS n",
+        "RETURN size(range(1, 1000*1000*1000)) AS n",
+        "RETURN size(range(-5, 10^9)) AS n",
+        "RETURN size(RANGE(1, 1e9)) AS n",
+        "UNWIND range(1, 1000) AS a RETURN size([b IN range(1, 1000) | b]) AS n",  # nested: the counts multiply
+    ],
+)
+def test_large_literal_ranges_are_refused(query: str) -> None:
+    with pytest.raises(QueryTooComplexError, match=f"limit is {MAX_RANGE_ELEMENTS}"):
+        check_resources(query)
+
+
+def test_range_bounds_from_parameters_are_checked() -> None:
+    check_resources("RETURN size(range(1, $n)) AS n", {"n": 1000})
+    with pytest.raises(QueryTooComplexError, match="elements"):
+        check_resources("RETURN size(range(1, $n)) AS n", {"n": 10**9})
+
+
+def test_range_bound_computed_from_data_is_refused() -> None:
+    with pytest.raises(QueryTooComplexError, match="not a number literal or a \\$parameter"):
+        check_resources("MATCH (n) WITH count(n) AS c RETURN size(range(1, c * 1000000)) AS n")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "RETURN size(reduce(s='aaaaaaaa', i IN range(1,30) | s + s)) AS n",
+        "RETURN size(reduce(s = 'a', i IN range(1, 40) | s + 'x' + s)) AS n",
+        "RETURN size(reduce(acc = [1], i IN range(1, 40) | acc + [acc])) AS n",
+        "RETURN size(reduce(s = 'ab', i IN range(1, 40) | [s, s])) AS n",
+    ],
+)
+def test_reduce_that_doubles_its_accumulator_is_refused(query: str) -> None:
+    with pytest.raises(QueryTooComplexError, match="accumulator"):
+        check_resources(query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "RETURN reduce(total = 0, x IN [1, 2, 3] | total + x) AS s",
+        "RETURN reduce(m = 0, x IN [3, 1] | CASE WHEN x > m THEN x ELSE m END) AS best",
+        "RETURN reduce(acc = [], x IN [1, 1, 2] | CASE WHEN x IN acc THEN acc ELSE acc + x END) AS uniq",
+        "RETURN reduce(s = '', x IN ['a', 'b'] | s + x + ', ') AS joined",
+        "UNWIND range(0, 9) AS i RETURN i",
+        "RETURN range(10, 1, -1) AS r",
+        "MATCH (a:Disease)--(b)--(c)<-[:HAS_PHENOTYPE]-(d) WHERE NOT a.key = 'x' AND -a.n < -1 RETURN a.key",
+        (
+            "MATCH (d:Disease) WHERE NOT (d)-[:HAS_PHENOTYPE]->(:Phenotype {key: $k}) "
+            "AND toLower(d.name) CONTAINS toLower($q) RETURN d.key, size([(d)--(x) | x.key][..5]) AS n"
+        ),
+        "MATCH (n) RETURN CASE WHEN n.x IS NOT NULL THEN -n.x ELSE +1 END AS v",
+    ],
+)
+def test_ordinary_queries_pass_the_resource_check(query: str) -> None:
+    check_resources(query, {"k": "HP:1", "q": "x"})
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["expected"] == "ok"], ids=lambda c: c["query"][:50])
+def test_guard_ok_cases_pass_the_resource_check(case: dict[str, Any]) -> None:
+    check_resources(case["query"])
+
+
+def test_generated_path_queries_pass_the_resource_check() -> None:
+    """The path planner's walk queries (the longest Cypher the code writes itself) must never be refused."""
+    hops = [Hop(f"REL_{i}", "out" if i % 2 else "in", f"L{i}") for i in range(6)]
+    check_resources(walk_query("Disease", hops, 50), {"key": "x"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="()[]{}-+ NOTCASEWHENTHEN1xrange,reduce|s=", max_size=400))
+def test_resource_check_never_crashes(text: str) -> None:
+    try:
+        check_resources(text)
+    except CypherValidationError:
+        pass

@@ -20,10 +20,12 @@ index reads that exist on FalkorDB and/or Neo4j:
 
 from __future__ import annotations
 
+import ast
 import difflib
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from graphs.errors import CypherValidationError, ReadOnlyViolationError
 from graphs.model import GraphSchema
@@ -510,3 +512,295 @@ def check_against_schema(cypher: str, schema: GraphSchema) -> None:
         )
     if problems:
         raise CypherValidationError("query does not match the graph schema: " + "; ".join(problems))
+
+
+# ---------------------------------------------------------------------------
+# resource bounds: parse cost, list and string growth, parameter values
+#
+# Why static bounds: FalkorDB's Cypher parser backtracks, so parse time doubles with every
+# level of expression nesting (brackets, CASE, prefix -, + and NOT), and parsing happens before
+# the per-query timeout starts; `RETURN` + 22 minus signs + `1` parsed for 7 s. Likewise
+# range() and string concatenation inside one expression are materialised in full before the
+# server's per-query memory check runs (range(1, 5e7) reached 785 MB under a 256 MiB cap).
+# Measured on this project's FalkorDB (see the README safety section): depth 12 parses in
+# about 10-150 ms, depth 16 in 0.3-1 s, depth 18 in 1-2 s.
+
+MAX_QUERY_CHARS = 10_000
+"""Longest query text the store accepts (the cypher tool's own argument limit is lower)."""
+
+MAX_EXPRESSION_DEPTH = 12
+"""Deepest nesting of brackets ( [ {, CASE ... END and prefix operators (-, +, NOT) in one expression."""
+
+MAX_PARSE_COST = 2**15
+"""Bound on the estimated parse cost: the sum over tokens of 2**(nesting depth at the token).
+One depth-12 chain costs about 2**13; a flat 4,000-character query a few thousand. It stops
+many moderately deep sub-expressions in one query (300 copies of a depth-11 chain parsed for 10 s)."""
+
+MAX_RANGE_ELEMENTS = 100_000
+"""Most elements the range() calls of one query may produce together (their product: nested
+ranges multiply)."""
+
+MAX_PARAM_DEPTH = 32
+"""Deepest nesting of lists and maps in a query parameter value."""
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class QueryTooComplexError(CypherValidationError):
+    """A query would cost the server unbounded parse time or memory; refused before it is sent."""
+
+
+class ParameterValueError(CypherValidationError):
+    """A query parameter value cannot be sent to the graph server faithfully."""
+
+
+_OPENERS = {"(": ")", "[": "]", "{": "}"}
+_CLOSERS = {")", "]", "}"}
+_BINARY_PUNCT = frozenset(
+    {",", "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "=~", "|", ":", "..", ";", "+="}
+)
+"""Tokens that end the operand of a prefix operator (when they are not prefix operators themselves)."""
+_OPERAND_END_WORDS = frozenset(
+    {
+        "AND", "OR", "XOR", "IN", "IS", "CONTAINS", "STARTS", "ENDS", "AS", "WHERE", "RETURN", "WITH",
+        "ORDER", "BY", "LIMIT", "SKIP", "UNION", "THEN", "ELSE", "WHEN", "END", "MATCH", "OPTIONAL",
+        "UNWIND", "CALL", "YIELD", "DISTINCT", "ASC", "DESC", "ASCENDING", "DESCENDING",
+    }
+)  # fmt: skip
+
+
+def _unary_position(prev: Token | None) -> bool:
+    """True when a `-`/`+` after `prev` is a prefix operator (nothing to its left to add to)."""
+    if prev is None:
+        return True
+    if prev.kind == "punct":
+        return prev.text not in _CLOSERS
+    return prev.kind == "word" and prev.text.upper() in (_OPERAND_END_WORDS | {"NOT"})
+
+
+def _nesting(tokens: Sequence[Token]) -> tuple[int, int, Token | None]:
+    """(max depth, estimated parse cost, token where the depth limit was first passed).
+
+    A level is an open bracket, an open CASE, or a prefix operator whose operand has not ended;
+    prefix levels end at the next binary operator, separator, keyword or closing bracket.
+    Stops counting once the depth passes MAX_EXPRESSION_DEPTH (the answer is "too deep" anyway).
+    """
+    stack: list[str] = []
+    deepest, cost = 0, 0
+    prev: Token | None = None
+    for idx, tok in enumerate(tokens):
+        text = tok.text
+        upper = text.upper() if tok.kind == "word" else ""
+        name = tok.kind == "word" and _is_name_position(tokens, idx)
+        prefix = (tok.kind == "punct" and text in ("-", "+") and _unary_position(prev)) or (upper == "NOT" and not name)
+        ends_operand = (tok.kind == "punct" and (text in _BINARY_PUNCT or text in _CLOSERS)) or (
+            upper in _OPERAND_END_WORDS and not name
+        )
+        if ends_operand and not prefix:
+            while stack and stack[-1] == "prefix":
+                stack.pop()
+        cost += 2 ** len(stack)
+        if tok.kind == "punct" and text in _OPENERS:
+            stack.append(text)
+        elif tok.kind == "punct" and text in _CLOSERS:
+            if stack:
+                stack.pop()
+        elif upper == "CASE" and not name:
+            stack.append("CASE")
+        elif upper == "END" and not name and stack and stack[-1] == "CASE":
+            stack.pop()
+        elif prefix:
+            stack.append("prefix")
+        if len(stack) > deepest:
+            deepest = len(stack)
+            if deepest > MAX_EXPRESSION_DEPTH:
+                return deepest, cost, tok
+        prev = tok
+    return deepest, cost, None
+
+
+def _call_args(tokens: Sequence[Token], open_idx: int) -> tuple[list[list[Token]], int]:
+    """Top-level comma-separated arguments of the call whose '(' is at open_idx; and the index after ')'."""
+    args: list[list[Token]] = [[]]
+    depth = 0
+    j = open_idx + 1
+    while j < len(tokens):
+        tok = tokens[j]
+        if tok.kind == "punct" and tok.text in _OPENERS:
+            depth += 1
+        elif tok.kind == "punct" and tok.text in _CLOSERS:
+            if depth == 0:
+                return (args if args != [[]] else []), j + 1
+            depth -= 1
+        elif depth == 0 and tok.kind == "punct" and tok.text == ",":
+            args.append([])
+            j += 1
+            continue
+        args[-1].append(tok)
+        j += 1
+    return (args if args != [[]] else []), j
+
+
+_CONST_CHARS = frozenset("0123456789.eE+-*/^() \t\r\n")
+
+
+def _constant(cypher: str, arg: Sequence[Token], params: Mapping[str, Any] | None) -> float | None:
+    """The numeric value of a range() argument when it is a literal, a constant expression of
+    literals or a $parameter; None when it depends on data (or is not a number)."""
+    if not arg:
+        return None
+    if len(arg) == 1 and arg[0].kind == "param":
+        value = (params or {}).get(arg[0].text[1:])
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if any(t.kind not in ("number", "punct", "word") for t in arg):
+        return None
+    end = arg[-1].pos + len(arg[-1].text)
+    text = cypher[arg[0].pos : end]
+    if not set(text) <= _CONST_CHARS:
+        return None
+    try:
+        tree = ast.parse(text.replace("^", "**"), mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return _fold(tree.body)
+
+
+def _fold(node: ast.AST) -> float | None:
+    """Evaluate a tree of numbers and + - * / ** without ever computing a huge power."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _fold(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.BinOp):
+        left, right = _fold(node.left), _fold(node.right)
+        if left is None or right is None:
+            return None
+        try:
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            if isinstance(node.op, ast.Div):
+                return left / right if right else None
+            if isinstance(node.op, ast.Pow):
+                return math.inf if abs(right) > 400 and abs(left) > 1 else float(left**right)
+        except (OverflowError, ZeroDivisionError, TypeError):
+            return math.inf
+    return None
+
+
+def _range_elements(cypher: str, args: Sequence[Sequence[Token]], params: Mapping[str, Any] | None) -> float | None:
+    """How many elements range(start, end[, step]) produces; None when a bound is not constant."""
+    if len(args) not in (2, 3):
+        return None
+    values = [_constant(cypher, a, params) for a in args]
+    if any(v is None or math.isnan(v) for v in values):
+        return None
+    start, end = values[0], values[1]
+    step = values[2] if len(values) == 3 else 1.0
+    assert start is not None and end is not None and step is not None
+    if step == 0:
+        return 0.0  # the server reports a zero step itself
+    if math.isinf(start) or math.isinf(end) or math.isinf(step):
+        return math.inf
+    return max(0.0, math.floor((end - start) / step) + 1)
+
+
+def _reduce_growth(tokens: Sequence[Token], open_idx: int) -> str | None:
+    """The accumulator name when a reduce() body uses it twice as an operand (`s + s`, `[s, s]`),
+    which doubles the value on every step; None otherwise."""
+    args, _ = _call_args(tokens, open_idx)
+    if not args:
+        return None
+    first = args[0]
+    if not first or first[0].kind not in ("word", "qident"):
+        return None
+    acc = first[0].text
+    body: list[Token] = []
+    flat = [t for a in args for t in a]
+    for k, tok in enumerate(flat):
+        if tok.kind == "punct" and tok.text == "|":
+            body = flat[k + 1 :]
+            break
+    operand_marks = {"+", "*", ",", "(", ")", "[", "]", "{", "}", ":"}
+    uses = 0
+    for k, tok in enumerate(body):
+        if tok.kind not in ("word", "qident") or tok.text != acc:
+            continue
+        before = body[k - 1] if k > 0 else None
+        after = body[k + 1] if k + 1 < len(body) else None
+        if before is not None and before.kind == "punct" and before.text == ".":
+            continue  # a property named like the accumulator
+        near = [t.text for t in (before, after) if t is not None and t.kind == "punct"]
+        if any(mark in operand_marks for mark in near) or after is None:
+            uses += 1
+    return acc if uses >= 2 else None
+
+
+def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> None:
+    """Raise QueryTooComplexError when `cypher` could hold a server thread or its memory unbounded.
+
+    Checks, in order: text length, expression nesting depth and estimated parse cost (see
+    MAX_EXPRESSION_DEPTH, MAX_PARSE_COST), range() calls (their element counts must be constant
+    and multiply to at most MAX_RANGE_ELEMENTS), and reduce() bodies that double their accumulator.
+    """
+    if not isinstance(cypher, str):
+        raise CypherValidationError(f"query must be a string, got {type(cypher).__name__}")
+    if len(cypher) > MAX_QUERY_CHARS:
+        raise QueryTooComplexError(
+            f"query is {len(cypher)} characters; the limit is {MAX_QUERY_CHARS}: pass data as $parameters "
+            "and split the question into smaller queries"
+        )
+    tokens = tokenize(cypher)
+    depth, cost, where = _nesting(tokens)
+    if where is not None:
+        raise QueryTooComplexError(
+            f"expression nesting deeper than {MAX_EXPRESSION_DEPTH} levels at offset {where.pos} "
+            f"({_context(cypher, where.pos)!r}); brackets, CASE and prefix operators (-, +, NOT) each count a "
+            "level and the server's parse time doubles with every level: flatten the expression "
+            "(name intermediate values with WITH, drop redundant brackets and double negations)"
+        )
+    if cost > MAX_PARSE_COST:
+        raise QueryTooComplexError(
+            f"query is too expensive to parse (estimated cost {cost} > {MAX_PARSE_COST}: many nested "
+            f"sub-expressions, deepest {depth} levels); split it into simpler queries or flatten the nesting"
+        )
+    total = 1.0
+    for idx, tok in enumerate(tokens):
+        if tok.kind != "word" or _is_name_position(tokens, idx):
+            continue
+        nxt = tokens[idx + 1] if idx + 1 < len(tokens) else None
+        if nxt is None or nxt.kind != "punct" or nxt.text != "(":
+            continue
+        prev = tokens[idx - 1] if idx > 0 else None
+        if prev is not None and prev.kind == "punct" and prev.text == ".":
+            continue  # a namespaced function (string.join) is not range/reduce
+        lowered = tok.text.lower()
+        if lowered == "range":
+            args, _ = _call_args(tokens, idx + 1)
+            count = _range_elements(cypher, args, params)
+            if count is None:
+                raise QueryTooComplexError(
+                    f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) has a bound that is not a "
+                    "number literal or a $parameter: the server builds the whole list before any memory check, "
+                    f"so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} elements); "
+                    "pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
+                )
+            total *= max(count, 1.0)
+            if total > MAX_RANGE_ELEMENTS:
+                raise QueryTooComplexError(
+                    f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) makes the query's ranges "
+                    f"produce {total:.3g} elements (their product); the limit is {MAX_RANGE_ELEMENTS}: "
+                    "use smaller bounds or filter with WHERE instead of enumerating numbers"
+                )
+        elif lowered == "reduce":
+            acc = _reduce_growth(tokens, idx + 1)
+            if acc is not None:
+                raise QueryTooComplexError(
+                    f"reduce() at offset {tok.pos} uses its accumulator {acc!r} twice in one step "
+                    f"({_context(cypher, tok.pos)!r}), which doubles the value each iteration and exhausts "
+                    "memory; append a single element per step (acc + x) or use collect()"
+                )
