@@ -6,12 +6,14 @@ Registered by the main app as ``app.add_typer(trace_app, name="trace")``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -23,6 +25,18 @@ trace_app = typer.Typer(help="Inspect local traces of agent runs (LangSmith-styl
 
 IndexDirOpt = Annotated[Path | None, typer.Option("--index-dir", help="index whose traces to read (DIR/traces.sqlite)")]
 DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database path (overrides --index-dir)")]
+
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _plain(value: object) -> str:
+    """A stored field as inert terminal text. A trace database may come from elsewhere: Rich markup in it
+    would be interpreted (hyperlinks, or a crash on a stray closing tag) and ESC/CSI sequences would
+    reach the terminal (retitle it, rewrite lines), so markup is escaped and control characters are
+    shown as \\xNN."""
+    text = _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group(0)):02x}", str(value))
+    return escape(text)
 
 
 def _open(index_dir: Path | None, db: Path | None) -> TraceStore:
@@ -52,7 +66,7 @@ def list_cmd(
         for t in traces:
             typer.echo(t.model_dump_json())
         return
-    table = Table(title=f"traces in {store.path}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=f"traces in {_plain(store.path)}", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("run id", no_wrap=True, min_width=36)
     table.add_column("started (UTC)", no_wrap=True, min_width=14)
     table.add_column("duration", justify="right", no_wrap=True, min_width=8)
@@ -60,30 +74,39 @@ def list_cmd(
     table.add_column("tokens", justify="right", no_wrap=True, min_width=6)
     table.add_column("question", overflow="ellipsis", no_wrap=True, min_width=12, max_width=60)
     for t in traces:
-        duration = "[red]error[/red]" if t.status == "error" else format_ms(t.duration_ms)
+        duration = "[red]error[/red]" if t.status == "error" else _plain(format_ms(t.duration_ms))
         table.add_row(
-            t.id,
-            t.start_time[5:19].replace("T", " "),
+            _plain(t.id),
+            _plain(t.start_time[5:19].replace("T", " ")),
             duration,
             f"{t.llm_calls}/{t.tool_calls}",
             str(t.total_tokens),
-            t.preview,
+            _plain(t.preview),
         )
     Console().print(table)
     if not traces:
         Console().print("no traces yet: run `skb ask ...` first")
 
 
+def _duration(run: TraceRun) -> float | None:
+    """The run's duration, or None when a foreign database holds timestamps that are not ISO 8601."""
+    try:
+        return run.duration_ms
+    except (TypeError, ValueError):
+        return None
+
+
 def _label(run: TraceRun, keys_found: dict[str, int]) -> str:
     colour = {"chain": "blue", "llm": "magenta", "tool": "green", "retriever": "yellow"}.get(run.run_type, "white")
-    parts = [f"[{colour}]{run.run_type}[/{colour}] [bold]{run.name}[/bold]", format_ms(run.duration_ms)]
+    parts = [f"[{colour}]{_plain(run.run_type)}[/{colour}] [bold]{_plain(run.name)}[/bold]", format_ms(_duration(run))]
     p, c, t = run.subtree_tokens()
     if t:
         parts.append(f"{t} tok ({p}/{c})")
     if run.id in keys_found:
         parts.append(f"{keys_found[run.id]} nodes")
     if run.status == "error":
-        parts.append(f"[red]error: {(run.error or '').splitlines()[0][:120] if run.error else ''}[/red]")
+        first = run.error.splitlines()[0][:120] if run.error else ""
+        parts.append(f"[red]error: {_plain(first)}[/red]")
     return "  ".join(parts)
 
 
@@ -120,7 +143,7 @@ def show_cmd(
             for col in ("stage", "calls", "prompt", "completion"):
                 table.add_column(col, justify="left" if col == "stage" else "right")
             for stage, u in sorted(usage.items()):
-                table.add_row(stage, str(u.llm_calls), str(u.prompt_tokens), str(u.completion_tokens))
+                table.add_row(_plain(stage), str(u.llm_calls), str(u.prompt_tokens), str(u.completion_tokens))
             console.print(table)
 
 

@@ -2,6 +2,12 @@
 
 Why a static page: it can be attached to an issue, opened from a CI artifact or mailed, and it
 renders the same offline. The run tree uses <details>/<summary>, so collapsing needs no JavaScript.
+
+Why so strict about markup: a trace database may come from elsewhere (a colleague, a CI artifact)
+and every one of its fields is then attacker-controlled. Every value is HTML-escaped, values used
+as class names are reduced to a safe token, and the page carries a Content-Security-Policy that
+allows no script at all and no style but its own stylesheet (by hash), so a missed escape still
+cannot run anything.
 The page answers the questions one asks of a retrieval run: what did each step search for, which
 nodes did it find, which Cypher ran, and what did the LLM calls cost per stage.
 """
@@ -9,6 +15,8 @@ nodes did it find, which Cypher ran, and what did the LLM calls cost per stage.
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import html
 import json
 import re
@@ -23,7 +31,7 @@ from agent.results import StageUsage
 from agent.tracing import TraceRun, TraceStore
 from graphs.manifest import atomic_write_text
 
-__all__ = ["ToolStep", "format_ms", "render_trace_html", "tool_steps", "write_trace_html"]
+__all__ = ["ToolStep", "content_security_policy", "format_ms", "render_trace_html", "tool_steps", "write_trace_html"]
 
 _MAX_KEYS_SHOWN = 30
 _CYPHER_KEYWORDS = (
@@ -153,6 +161,31 @@ def tool_steps(tree: TraceRun) -> list[ToolStep]:
 # -- rendering ----------------------------------------------------------------------------------
 
 _e = html.escape
+_UNSAFE_CLASS_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_STYLE_BLOCK = re.compile(r"<style>(.*?)</style>", re.DOTALL)
+
+
+def _cls(prefix: str, value: str) -> str:
+    """A class name from stored text: anything but letters, digits, _ and - becomes _ (no extra classes,
+    no quote to break out of), so styling hooks stay usable whatever the database holds."""
+    return prefix + _UNSAFE_CLASS_CHARS.sub("_", value)[:40]
+
+
+def _duration_ms(run: TraceRun) -> float | None:
+    """The run's duration, or None when a foreign database holds timestamps that are not ISO 8601."""
+    try:
+        return run.duration_ms
+    except (TypeError, ValueError):
+        return None
+
+
+def content_security_policy(stylesheet: str) -> str:
+    """The page's CSP: nothing may load or run; the one inline stylesheet is allowed by its SHA-256."""
+    digest = base64.b64encode(hashlib.sha256(stylesheet.encode("utf-8")).digest()).decode("ascii")
+    return (
+        f"default-src 'none'; script-src 'none'; style-src 'sha256-{digest}'; img-src 'none'; "
+        "object-src 'none'; base-uri 'none'; form-action 'none'"
+    )
 
 
 def highlight_cypher(query: str) -> str:
@@ -185,11 +218,11 @@ def _badge(run_type: str) -> str:
 
 
 def _run_html(run: TraceRun, depth: int, steps_by_run: dict[str, ToolStep]) -> str:
-    classes = ["run", f"t-{run.run_type}", f"status-{run.status}"]
+    classes = ["run", _cls("t-", run.run_type), _cls("status-", run.status)]
     if run.run_type == "tool" and run.name == "cypher":
         classes.append("cypher")
     is_open = depth < 2 or run.status == "error" or run.name == "cypher"
-    meta = [format_ms(run.duration_ms)]
+    meta = [format_ms(_duration_ms(run))]
     p, c, t = run.subtree_tokens()
     if t:
         meta.append(f"{t} tok ({p} in / {c} out)")
@@ -221,7 +254,7 @@ def _run_html(run: TraceRun, depth: int, steps_by_run: dict[str, ToolStep]) -> s
         body.append(f'<details><summary class="label">outputs</summary><pre>{_pretty(run.outputs)}</pre></details>')
     children = "\n".join(_run_html(child, depth + 1, steps_by_run) for child in run.child_runs)
     return (
-        f'<details class="{" ".join(classes)}" data-run-id="{_e(run.id)}"{" open" if is_open else ""}>'
+        f'<details class="{_e(" ".join(classes))}" data-run-id="{_e(run.id)}"{" open" if is_open else ""}>'
         f'{summary}<div class="body">{"".join(body)}{children}</div></details>'
     )
 
@@ -271,7 +304,7 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
     runs = list(tree.walk())
     p, c, t = tree.subtree_tokens()
     cards = [
-        (format_ms(tree.duration_ms), "duration"),
+        (format_ms(_duration_ms(tree)), "duration"),
         (str(len(runs)), "runs"),
         (str(sum(1 for _, r in runs if r.llm_call)), "LLM calls"),
         (str(len(steps)), "tool calls"),
@@ -309,7 +342,7 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
                 keys += f" … +{len(s.keys) - _MAX_KEYS_SHOWN}"
             err = f'<span class="err">{_e(s.error)}</span>' if s.error else ""
             rows.append(
-                f'<tr class="step tool-{_e(s.tool)}"><td class="num">{s.index}</td>'
+                f'<tr class="step {_e(_cls("tool-", s.tool))}"><td class="num">{s.index}</td>'
                 f'<td class="num">{"" if s.step is None else s.step}</td><td>{_e(s.tool)}</td>'
                 f'<td><code>{_e(s.query[:200])}</code></td><td class="num">{len(s.keys)}</td>'
                 f'<td class="keys">{keys}{err}</td></tr>'
@@ -332,8 +365,12 @@ def render_trace_html(tree: TraceRun, usage: dict[str, StageUsage] | None = None
                 parts.append(f'<pre class="cypher-query" data-run-id="{_e(r.id)}">{highlight_cypher(q)}</pre>')
         cypher_block = "\n".join(parts)
 
-    template = Template(resources.files("agent").joinpath("templates/trace.html").read_text(encoding="utf-8"))
-    return template.substitute(
+    text = resources.files("agent").joinpath("templates/trace.html").read_text(encoding="utf-8")
+    stylesheet = _STYLE_BLOCK.search(text)
+    if stylesheet is None:  # the packaged template is ours; this guards edits that drop the block
+        raise RuntimeError("templates/trace.html has no <style> block to allow in the page's CSP")
+    return Template(text).substitute(
+        csp=_e(content_security_policy(stylesheet.group(1)), quote=False),  # single quotes are fine in "…"
         title=_e(f"Trace: {tree.name}"),
         trace_id=_e(tree.id),
         start_time=_e(tree.start_time),
