@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -162,7 +163,7 @@ def build_index(
     from graphs.embedder import get_embedder
     from graphs.hnsw_index import HNSWIndex, HNSWParams
     from graphs.loaders.jsonl import write_jsonl
-    from graphs.manifest import Counts, EmbedderInfo, Manifest, sha256_file
+    from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
 
     config = config or IndexConfig()
     report = progress or _noop
@@ -237,11 +238,14 @@ def build_index(
                 files[str(path.relative_to(tmp))] = sha256_file(path)
 
         t0 = time.perf_counter()
+        data_files: dict[str, FileDigest] = {}
         if config.store == "falkordb":
             from graphs.store.falkordb_store import FalkorDBStore
 
             with FalkorDBStore(tmp / "falkordb") as store:
                 store.load(skb, progress=lambda d, t: report("store", d, t))
+            # recorded after the server stopped: the dump is final (load() saved it; an unchanged graph is not re-saved)
+            data_files[GRAPH_FILE] = FileDigest.of(tmp / GRAPH_FILE)
         elif config.store == "neo4j":
             from graphs.store.neo4j_store import Neo4jStore
 
@@ -256,6 +260,8 @@ def build_index(
             hnsw=params,
             counts=Counts(nodes=stats["nodes"], edges={**stats["edges"], "IS_SIMILAR": n_similar}),
             files=files,
+            data_files=data_files,
+            generation=uuid.uuid4().hex,
             extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store},
         )
         manifest.write(tmp)

@@ -129,7 +129,10 @@ class IndexBundle:
                         )
                     from graphs.store import open_store
 
-                    self._store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
+                    store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
+                    if self.store_kind == "falkordb":
+                        _check_graph(store, self.manifest, self.index_dir)
+                    self._store = store
         return self._store
 
     def schema(self) -> GraphSchema:
@@ -207,6 +210,22 @@ class IndexBundle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_graph(store: GraphStore, manifest: Manifest, index_dir: Path) -> None:
+    """The served graph holds the nodes the manifest records: an empty or foreign graph is an error
+    naming the rebuild command, never a store that silently answers nothing. One count query."""
+    from graphs.errors import IndexCorruptError
+    from graphs.manifest import rebuild_hint
+
+    expected = sum(manifest.counts.nodes.values())
+    found = store.count_nodes()
+    if found != expected:
+        store.close()
+        raise IndexCorruptError(
+            f"the graph store of {index_dir} holds {found} nodes but the manifest records {expected}; the graph "
+            f"data is missing or does not belong to this index -- {rebuild_hint(index_dir)}"
+        )
 
 
 def _dir_identity(path: Path) -> tuple[int, int] | None:

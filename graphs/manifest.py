@@ -27,6 +27,18 @@ from graphs.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundEr
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 REBUILD_HINT = "rebuild it with `skb index`"
+#: Bytes hashed at each end of a large data file by the cheap check at open (see FileDigest).
+SAMPLE_BYTES = 1 << 16
+#: The graph data of an index built with the embedded FalkorDB store.
+GRAPH_FILE = "falkordb/dump.rdb"
+
+
+def rebuild_hint(index_dir: Path) -> str:
+    """The command that replaces a damaged index, with its directory."""
+    return (
+        f"rebuild it with `skb index --force --index-dir {index_dir}` "
+        "(with the --dataset and --data it was built from)"
+    )
 
 #: Distributions whose versions are recorded; a mismatch is informative, not fatal.
 KEY_PACKAGES = ("hnswlib", "bm25s", "torch", "sentence-transformers", "falkordb", "numpy")
@@ -131,6 +143,59 @@ def verify_checksums(root: Path, files: dict[str, str], *, what: str = "index") 
             )
 
 
+def sample_sha256(path: Path, size: int | None = None) -> str:
+    """sha256 over the size and the first and last SAMPLE_BYTES of a file: constant cost at any size."""
+    size = path.stat().st_size if size is None else size
+    digest = hashlib.sha256(str(size).encode("ascii") + b"\0")
+    with open(path, "rb") as handle:
+        digest.update(handle.read(SAMPLE_BYTES))
+        if size > SAMPLE_BYTES:
+            handle.seek(max(SAMPLE_BYTES, size - SAMPLE_BYTES))
+            digest.update(handle.read(SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+class FileDigest(BaseModel):
+    """A large data file (the graph dump): checked at open by size and sampled digest, in full on demand.
+
+    Why sampled: the graph dump of a large index is hundreds of MB and every CLI call opens the
+    index; hashing it all would cost seconds per start. Redis ends an RDB file with a CRC64 of
+    its whole content, so the sampled tail covers a checksum of every byte: truncation, deletion
+    and any re-save (which rewrites that CRC and the header's timestamps) are caught at open;
+    ``Manifest.verify(full=True)`` compares the full sha256.
+    """
+
+    size: int = Field(ge=0)
+    sha256: str
+    sample_sha256: str
+
+    @classmethod
+    def of(cls, path: Path) -> FileDigest:
+        size = path.stat().st_size
+        return cls(size=size, sha256=sha256_file(path), sample_sha256=sample_sha256(path, size))
+
+
+def verify_data_files(root: Path, files: dict[str, FileDigest], *, full: bool = False) -> None:
+    """Raise IndexCorruptError naming the first data file that is missing, resized or altered."""
+    root = Path(root)
+    for rel, expected in sorted(files.items()):
+        target = _safe_join(root, rel)
+        hint = rebuild_hint(root)
+        if not target.is_file():
+            raise IndexCorruptError(f"index data file {rel!r} is missing from {root} -- {hint}")
+        size = target.stat().st_size
+        if size != expected.size:
+            raise IndexCorruptError(
+                f"index data file {rel!r} in {root} has {size} bytes but the manifest records {expected.size}; "
+                f"it was truncated, emptied or rewritten -- {hint}"
+            )
+        actual = sha256_file(target) if full else sample_sha256(target, size)
+        if actual != (expected.sha256 if full else expected.sample_sha256):
+            raise IndexCorruptError(
+                f"index data file {rel!r} in {root} fails its checksum; it was modified after the build -- {hint}"
+            )
+
+
 def _safe_join(root: Path, rel: str) -> Path:
     """Refuse manifest entries that would escape the index directory."""
     pure = PurePosixPath(rel)
@@ -196,6 +261,11 @@ class Manifest(BaseModel):
     hnsw: HNSWParams = Field(default_factory=HNSWParams)
     counts: Counts = Field(default_factory=Counts)
     files: dict[str, str] = Field(default_factory=dict)
+    data_files: dict[str, FileDigest] = Field(default_factory=dict)
+    """Large data files (the graph dump), checked by size and sampled digest at open; see FileDigest."""
+    generation: str = ""
+    """Random id of the build that wrote this manifest: a process holding an index open compares it
+    to detect that a rebuild replaced the index ("" in manifests written before it existed)."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -247,8 +317,11 @@ class Manifest(BaseModel):
         expected_model: str | None = None,
         expected_dim: int | None = None,
         check_files: bool = True,
+        full: bool = False,
     ) -> None:
-        """Refuse an index this code cannot serve correctly; cheap checks first, checksums last."""
+        """Refuse an index this code cannot serve correctly; cheap checks first, checksums last.
+
+        ``full`` also hashes the large data files completely (otherwise size + sampled digest)."""
         index_dir = Path(index_dir)
         if self.format_version != FORMAT_VERSION:
             raise IndexMismatchError(_version_message(index_dir, self.format_version))
@@ -264,6 +337,23 @@ class Manifest(BaseModel):
             )
         if check_files:
             verify_checksums(index_dir, self.files)
+            self.verify_graph(index_dir, full=full)
+
+    def verify_graph(self, index_dir: Path, *, full: bool = False) -> None:
+        """The graph dump of an embedded-store index exists, is non-empty and matches its record.
+
+        Manifests written before the dump was recorded still must have a non-empty dump: an
+        index whose graph is gone would otherwise open and silently answer nothing.
+        """
+        verify_data_files(index_dir, self.data_files, full=full)
+        if self.extra.get("store") != "falkordb" or GRAPH_FILE in self.data_files:
+            return
+        dump = Path(index_dir) / GRAPH_FILE
+        if not dump.is_file() or dump.stat().st_size == 0:
+            state = "missing" if not dump.is_file() else "empty"
+            raise IndexCorruptError(
+                f"the graph data {GRAPH_FILE!r} of {index_dir} is {state} -- {rebuild_hint(Path(index_dir))}"
+            )
 
 
 def _version_message(index_dir: Path, found: object) -> str:

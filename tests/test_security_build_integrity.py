@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from graphs.bundle import IndexBundle
+from graphs.errors import IndexCorruptError
 from graphs.loaders.jsonl import write_jsonl
 from tests.store_fixtures import tiny_skb
 
@@ -148,3 +151,56 @@ def test_index_dir_holding_the_working_directory_is_a_clean_error(
     clean_error(code, out, "working directory")
     monkeypatch.undo()
     assert tree(tmp_path) == before
+
+
+# -- items 4 (graph part) and 5: the graph data is covered by the manifest ------------------------------
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_manifest_covers_the_graph_and_serving_never_rewrites_it(tiny_data: Path, tmp_path: Path) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    dump = index_dir / "falkordb" / "dump.rdb"
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    assert "falkordb/dump.rdb" in json.dumps(manifest)
+    digest = _sha(dump)
+    for _ in range(2):  # serve, stop the server, serve again: the dump and its checksum stay valid
+        with IndexBundle.open(index_dir) as bundle:
+            assert bundle.store.count_nodes() == len(tiny_skb().nodes)
+            assert bundle.store.query("MATCH (n:Gene) RETURN n.key ORDER BY n.key").rows == [["CACNA1A"], ["SCN1A"]]
+        assert _sha(dump) == digest
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "truncated"])
+def test_a_missing_or_damaged_graph_is_refused_naming_the_rebuild_command(
+    tiny_data: Path, tmp_path: Path, damage: str
+) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    dump = index_dir / "falkordb" / "dump.rdb"
+    if damage == "deleted":
+        dump.unlink()
+    elif damage == "emptied":
+        dump.write_bytes(b"")
+    else:
+        dump.write_bytes(dump.read_bytes()[:-100])
+    with pytest.raises(IndexCorruptError, match=r"dump\.rdb") as info:
+        IndexBundle.open(index_dir)
+    assert "skb index" in str(info.value) and "--force" in str(info.value)
+    for command in (["ask", "Which genes are associated with Epilepsy?", "--no-trace"], ["search", "Epilepsy"]):
+        result = runner.invoke(app, [*command, "--index-dir", str(index_dir)])
+        clean_error(result.exit_code, result.stdout + result.stderr, "dump.rdb", "skb index")
+
+
+def test_an_altered_graph_is_refused(tiny_data: Path, tmp_path: Path) -> None:
+    """A write by another client that the server then saved (what an open server allowed) fails the check."""
+    from graphs.store.falkordb_store import FalkorDBStore
+
+    index_dir = built(tiny_data, tmp_path / "index")
+    store = FalkorDBStore(index_dir / "falkordb")
+    try:
+        store._run("CREATE (:Gene {key: 'EVIL', name: 'planted'})", None, read_only=False, timeout_ms=5000)
+        store.server.save()
+    finally:
+        store.close()
+    with pytest.raises(IndexCorruptError, match=r"dump\.rdb"):
+        IndexBundle.open(index_dir)

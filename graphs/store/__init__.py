@@ -20,7 +20,8 @@ def open_store(kind: StoreKind, index_dir: Path) -> GraphStore:
     if kind == "falkordb":
         from graphs.store.falkordb_store import FalkorDBStore
 
-        return FalkorDBStore(Path(index_dir) / FALKORDB_SUBDIR)
+        # a built index is served read-only: its server never rewrites dump.rdb (covered by the manifest)
+        return FalkorDBStore(Path(index_dir) / FALKORDB_SUBDIR, persist=False)
     if kind == "neo4j":
         from graphs.store.neo4j_store import Neo4jStore
 

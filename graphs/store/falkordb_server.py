@@ -149,7 +149,11 @@ class FalkorDBServer:
         timeout_max_ms: int = TIMEOUT_MAX_MS,
         startup_timeout_s: float = 30.0,
         save_schedule: str = "60 1",
+        persist: bool = True,
     ) -> None:
+        """``persist=False`` is for serving a built index: no save points and SHUTDOWN NOSAVE, so
+        serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
+        ``persist=True`` (builds, tests) stop() saves only when something changed since the last save."""
         self.data_dir = Path(data_dir)
         self.thread_count = thread_count or max(2, min(8, os.cpu_count() or 2))
         # Graph reads here are short index-anchored lookups: intra-query OpenMP threads
@@ -159,6 +163,7 @@ class FalkorDBServer:
         self.timeout_max_ms = timeout_max_ms
         self.startup_timeout_s = startup_timeout_s
         self.save_schedule = save_schedule
+        self.persist = persist
         self.port: int | None = None
         self.pid: int | None = None
         self.owned = False
@@ -236,7 +241,9 @@ class FalkorDBServer:
             proc = self._proc
             if proc is not None and proc.poll() is None and self.port is not None:
                 with contextlib.suppress(redis.RedisError, OSError), self._redis(socket_timeout=timeout_s) as conn:
-                    conn.execute_command("SHUTDOWN", "SAVE")
+                    # saving an unchanged graph would still rewrite dump.rdb (new timestamps) and break its digest
+                    dirty = self.persist and int(conn.info("persistence").get("rdb_changes_since_last_save", 1)) > 0
+                    conn.execute_command("SHUTDOWN", "SAVE" if dirty else "NOSAVE")
                 try:
                     proc.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:
@@ -357,7 +364,7 @@ class FalkorDBServer:
             "--daemonize", "no",
             "--dir", str(self.data_dir.resolve()),
             "--dbfilename", DUMP_FILE,
-            "--save", self.save_schedule,
+            "--save", self.save_schedule if self.persist else "",  # "": no save points (a served index)
             "--appendonly", "no",
             "--loglevel", "warning",
             "--logfile", "",

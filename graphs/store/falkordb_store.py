@@ -79,11 +79,14 @@ class FalkorDBStore(GraphStore):
         *,
         auto_restart: bool = True,
         schema_sample_size: int = 200,
+        persist: bool = True,
     ) -> None:
+        """``persist=False`` (used by ``open_store`` for a built index): the server this store starts
+        never writes dump.rdb, so the manifest's digest of the graph stays valid while it serves."""
         self.data_dir = Path(data_dir)
         self.graph_name = graph_name
         self._own_server = server is None
-        self.server = server or FalkorDBServer(self.data_dir)
+        self.server = server or FalkorDBServer(self.data_dir, persist=persist)
         self.auto_restart = auto_restart
         self.schema_sample_size = schema_sample_size
         self._db: FalkorDB | None = None
