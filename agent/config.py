@@ -53,6 +53,18 @@ class AgentConfig(BaseModel):
     )
     cypher_timeout_ms: int = Field(default=5000, ge=1)
     cypher_max_rows: int = Field(default=200, ge=1, le=10000)
+    tool_output_tokens: int = Field(
+        default=1500,
+        ge=50,
+        le=100_000,
+        description="token budget (chars/4) of one tool result's model-facing text; the full result stays the artifact",
+    )
+    edge_weight_property: str | None = Field(
+        default=None, description="numeric edge property search_nodes sums per neighbour (None: no weight)"
+    )
+    max_parallel_tools: int = Field(
+        default=8, ge=1, le=64, description="tool calls of one planner round run at once (they are independent)"
+    )
     max_entities: int = Field(default=20, ge=0, le=200, description="linked entities passed to the planner")
     max_hops: int = Field(default=2, ge=1, le=4)
 

@@ -14,7 +14,6 @@ call's ``configurable`` overrides applied, so one compiled graph serves many con
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
-    AnyMessage,
     BaseMessage,
     HumanMessage,
     RemoveMessage,
@@ -31,11 +29,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import get_executor_for_config
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from agent.config import AgentConfig
+from agent.linking import EntityLinker
 from agent.llm_planner import (
     PlannerCallError,
     Usage,
@@ -44,13 +44,28 @@ from agent.llm_planner import (
     llm_plan,
     make_chat_model,
 )
+from agent.planning import predict_target_type, relation_paths
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
-from agent.state import AgentState, Candidate, SeedItem
+from agent.state import AgentInput, AgentOutput, AgentState, Candidate, SeedItem
 from graphs.errors import ConfigError, PlannerError, SKBError
+from graphs.sage_expand import expand as sage_expand
 from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
 from prompts import render_prompt
 from tools import make_tools
 from tools.common import schema_of
+from tools.results import (
+    CHARS_PER_TOKEN,
+    Finish,
+    Neighborhood,
+    Rows,
+    SemanticHits,
+    ToolError,
+    estimate_tokens,
+    parse_result,
+    tool_error,
+    tool_output,
+)
+from tools.results import ToolResult as ToolResultT
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -59,6 +74,8 @@ if TYPE_CHECKING:
 
 #: Tool-call arguments that size a result; clamped to ``per_call_k`` (K).
 _SIZE_ARGS = {"semantic_search": "k", "search_nodes": "limit", "cypher": "max_rows"}
+#: Timings that are parts of ``act`` (one planner round each), not stages of their own.
+_SUB_STAGES = frozenset({"total", "call_planner", "run_tools", "observe"})
 #: Context items the answer message lists.
 ANSWER_ITEMS = 5
 
@@ -117,63 +134,28 @@ def _add_evidence(
         entry["provenance"].append(prov)
 
 
-def merge_observation(
-    pool: dict[str, Candidate], name: str, artifact: Mapping[str, Any], bundle: IndexBundle, args: Mapping[str, Any]
-) -> tuple[int, bool]:
-    """Fold one tool result into the pool; returns (nodes added, whether explicit edges produced them)."""
-    prov = dict(artifact.get("provenance") or {"tool": name, "step": 0, "query": ""})
+def merge_observation(pool: dict[str, Candidate], result: ToolResultT | None, bundle: IndexBundle) -> int:
+    """Fold one typed tool result into the pool; returns how many nodes it added evidence for."""
+    if result is None or result.is_error:
+        return 0
+    prov = result.provenance.model_dump()
     nodes = bundle.skb.nodes
-    if "error" in artifact:
-        return 0, False
-    if name == "semantic_search":
-        hits = artifact.get("hits") or []
-        for hit in hits:
-            _add_evidence(pool, hit["key"], hit.get("label", ""), float(hit.get("score", 0.0)), prov)
-        return len(hits), False
-    if name == "search_nodes":
-        seeds = set(args.get("keys") or [])
-        via: dict[str, set[str]] = {}
-        score: dict[str, float] = {}
-        label: dict[str, str] = {}
-        for t in artifact.get("triples") or []:
-            if t["dst"] in seeds and t["src"] not in seeds:
-                other, lab, origin = t["src"], t.get("src_label", ""), t["dst"]
-            else:
-                other, lab, origin = t["dst"], t.get("dst_label", ""), t["src"]
-            via.setdefault(other, set()).add(origin)
-            score[other] = max(score.get(other, 0.0), float(t.get("score", 0.5)), 0.0)
-            label[other] = lab
-        for key, origins in via.items():
-            _add_evidence(pool, key, label[key], score[key], prov, support=len(origins))
-        return len(via), bool(via) and bool(args.get("rel_types"))
-    if name == "cypher":
-        rows = artifact.get("rows") or []
-        found: list[str] = []
-        for row in rows:
-            for cell in row:
-                for key in _keys_in(cell, nodes):
-                    if key not in found:
-                        found.append(key)
+    if isinstance(result, SemanticHits):
+        for hit in result.hits:
+            _add_evidence(pool, hit.key, hit.label, hit.score, prov)
+        return len(result.hits)
+    if isinstance(result, Neighborhood):
+        for neighbor in result.neighbors:
+            score = max(neighbor.score if neighbor.score is not None else 0.5, 0.0)
+            _add_evidence(pool, neighbor.key, neighbor.label, score, prov, support=len(neighbor.seeds))
+        return len(result.neighbors)
+    if isinstance(result, Rows):
+        found = [key for key in result.found_keys() if key in nodes]
         n = max(len(found), 1)
         for i, key in enumerate(found):
             _add_evidence(pool, key, nodes[key].label, 1.0 - 0.5 * i / n, prov)
-        query = str(args.get("query") or "")
-        explicit = "-[" in query or "]-" in query or ")-->" in query or ")<--" in query
-        return len(found), bool(found) and explicit
-    return 0, False
-
-
-def _keys_in(cell: Any, nodes: Mapping[str, Any]) -> list[str]:
-    if isinstance(cell, str):
-        return [cell] if cell in nodes else []
-    if isinstance(cell, Mapping):
-        key = cell.get("key")
-        if isinstance(key, str) and key in nodes:
-            return [key]
-        return [k for v in cell.values() for k in _keys_in(v, nodes)]
-    if isinstance(cell, list):
-        return [k for v in cell for k in _keys_in(v, nodes)]
-    return []
+        return len(found)
+    return 0
 
 
 def select_seeds(
@@ -210,7 +192,7 @@ class AgentGraph:
         self.chat_model = chat_model
         self._lock = threading.Lock()
         self._models: dict[Hashable, BaseChatModel] = {}
-        self._linker: Any = None
+        self._linker: EntityLinker | None = None
 
     # -- shared resources ----------------------------------------------------------------
     def tools(self, cfg: AgentConfig, question: str) -> dict[str, BaseTool]:
@@ -219,6 +201,8 @@ class AgentGraph:
             lambda: question,
             cypher_timeout_ms=cfg.cypher_timeout_ms,
             cypher_max_rows=cfg.cypher_max_rows,
+            budget_tokens=cfg.tool_output_tokens,
+            weight_property=cfg.edge_weight_property,
         )
         return {t.name: t for t in tools}
 
@@ -249,10 +233,8 @@ class AgentGraph:
         """The offline planner is a chat model by interface only; its calls are not LLM calls."""
         return self.chat_model is not None or cfg.planner != "offline"
 
-    def linker(self) -> Any:
+    def linker(self) -> EntityLinker:
         if self._linker is None:
-            from agent.linking import EntityLinker
-
             with self._lock:
                 if self._linker is None:
                     self._linker = EntityLinker(self.bundle)
@@ -281,6 +263,9 @@ class AgentGraph:
             "seeds": [],
             "expanded": [],
             "tool_calls": 0,
+            "tool_output_tokens": 0,
+            "pending_calls": [],
+            "round_messages": [],
             "planner_offline": False,
             "scratchpad": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
         }
@@ -288,11 +273,8 @@ class AgentGraph:
             update["messages"] = [HumanMessage(question)]
         degraded: list[str] = []
         if cfg.max_entities > 0:
-            try:
-                linked = self.linker().link(question, cfg.max_entities)
-                update["linked_entities"] = [_to_dict(e) for e in linked]
-            except ImportError as exc:
-                degraded.append(f"entity linking unavailable ({exc})")
+            linked = self.linker().link(question, cfg.max_entities)
+            update["linked_entities"] = [_to_dict(e) for e in linked]
         update["degraded"] = degraded
         update["timings_ms"] = {"link_entities": _elapsed_ms(start)}
         return update
@@ -322,10 +304,7 @@ class AgentGraph:
             except PlannerError as exc:
                 degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
         if not planned:
-            try:
-                target, paths = self._heuristic_plan(question, linked, cfg)
-            except ImportError as exc:
-                degraded.append(f"heuristic planning unavailable ({exc})")
+            target, paths = self._heuristic_plan(question, linked, cfg)
         plan = {
             "question": question,
             "linked_entities": linked,
@@ -370,8 +349,6 @@ class AgentGraph:
     def _heuristic_plan(
         self, question: str, linked: Sequence[Mapping[str, Any]], cfg: AgentConfig
     ) -> tuple[str | None, list[list[dict[str, Any]]]]:
-        from agent.planning import predict_target_type, relation_paths
-
         schema = schema_of(self.bundle)
         target = predict_target_type(question, schema)
         if target is None:
@@ -389,13 +366,12 @@ class AgentGraph:
             lines.append(f"- {tool.name}({', '.join(params)}): {tool.description}")
         return "\n".join(lines)
 
-    def act(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+    # -- the act loop: call_planner -> run_tools -> observe -> (call_planner | fallback | expand) ------
+    def call_planner(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """One planner turn: the model's tool calls, validated against the tools and clamped to K."""
         start = time.perf_counter()
         cfg = settings(self.config, config)
-        question = state["question"]
-        step = int(state.get("step") or 0)
-        repairs = int(state.get("repairs") or 0)
-        tools = self.tools(cfg, question)
+        tools = self.tools(cfg, state["question"])
         usage = Usage()
         degraded: list[str] = []
         offline = bool(state.get("planner_offline"))
@@ -413,81 +389,142 @@ class AgentGraph:
                 degraded.append(f"planner model failed, continued with the offline planner: {exc}")
         if reply is None:
             reply = invoke_with_retry(self.offline_model(cfg), scratchpad, cfg)
-        new_messages: list[AnyMessage] = [reply]
         checked = check_tool_calls(reply, tools)
-        pool: dict[str, Candidate] = {
-            k: Candidate(score=v["score"], support=v["support"], label=v["label"], provenance=list(v["provenance"]))
-            for k, v in (state.get("candidates") or {}).items()
-        }
-        observations: list[dict[str, Any]] = []
-        finish: dict[str, Any] | None = state.get("finish")
-        explicit = bool(state.get("used_explicit_relations"))
-        executed = 0
-        if checked.valid:
-            step += 1
+        step = int(state.get("step") or 0) + (1 if checked.valid else 0)
+        pending: list[dict[str, Any]] = []
         for i, call in enumerate(checked.valid):
             name = call["name"]
-            call_id = call.get("id") or f"call_{step}_{i}"
             args = dict(call.get("args") or {})
             size_arg = _SIZE_ARGS.get(name)
             if size_arg is not None:
-                args[size_arg] = min(int(args.get(size_arg) or cfg.per_call_k), cfg.per_call_k)
-            run_args = {**args, "step": step, "question": question}
-            try:
-                message = tools[name].invoke({"type": "tool_call", "id": call_id, "name": name, "args": run_args})
-            except Exception as exc:  # noqa: BLE001 - one failing call must not end the run; it is reported
-                detail = str(exc) if isinstance(exc, SKBError) else f"{type(exc).__name__}: {exc}"
-                degraded.append(f"tool {name} failed: {detail}")
-                payload = {"error": {"type": "tool_failed", "message": detail, "hint": "try another tool"}}
-                message = ToolMessage(content=json.dumps(payload), tool_call_id=call_id, name=name, status="error")
-            executed += 1
-            new_messages.append(message)
-            artifact = getattr(message, "artifact", None) or {}
-            error = artifact.get("error") if isinstance(artifact, Mapping) else None
-            if isinstance(error, Mapping) and error.get("type") == "store_unavailable":
-                degraded.append(f"tool {name}: graph store unavailable: {error.get('message')}")
-            added, used_edges = merge_observation(pool, name, artifact, self.bundle, args)
-            explicit = explicit or used_edges
-            observations.append(
-                {"step": step, "tool": name, "args": args, "nodes": added, "error": artifact.get("error")}
-            )
-            if name == "finish" and "error" not in artifact:
-                finish = dict(artifact)
-        new_messages.extend(checked.errors)
-        done = finish is not None
-        if checked.errors and not checked.valid:
-            repairs += 1
-            if repairs > cfg.max_repairs:
-                degraded.append(f"planner made invalid tool calls {repairs} rounds in a row; stopped after max_repairs")
-                done = True
-        elif not checked.valid and not checked.errors:
-            done = True  # the planner answered in text: nothing more to run
-        if step >= cfg.max_rounds:
-            done = True
+                # K results per call; search_nodes gets K per expanded key (it aggregates many keys in one call)
+                per = (len(args.get("keys") or []) or 1) if name == "search_nodes" else 1
+                cap = cfg.per_call_k * per
+                args[size_arg] = min(int(args.get(size_arg) or cfg.per_call_k), cap)
+            pending.append({"name": name, "id": call.get("id") or f"call_{step}_{i}", "args": args})
         update: dict[str, Any] = {
-            "scratchpad": new_messages,
-            "candidates": pool,
-            "observations": observations,
+            "scratchpad": [reply],
+            "pending_calls": pending,
+            "round_messages": list(checked.errors),
             "step": step,
-            "repairs": repairs,
-            "done": done,
-            "finish": finish,
-            "used_explicit_relations": explicit,
-            "tool_calls": int(state.get("tool_calls") or 0) + executed,
             "planner_offline": offline,
             "degraded": degraded,
-            "timings_ms": {"act": float(state.get("timings_ms", {}).get("act", 0.0)) + _elapsed_ms(start)},
+            "timings_ms": _add_time(state, "call_planner", start),
         }
         if self.counts_llm(cfg) and usage.llm_calls:
             previous = (state.get("usage") or {}).get("act") or {}
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
+        return update
+
+    def run_tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """Run the round's calls concurrently (they are independent by construction: one model turn).
+
+        LangChain's executor for the config copies the context into each worker, so every tool
+        run is traced under this node. Results keep the call order.
+        """
+        start = time.perf_counter()
+        cfg = settings(self.config, config)
+        question = state["question"]
+        step = int(state.get("step") or 0)
+        tools = self.tools(cfg, question)
+        calls = state.get("pending_calls") or []
+
+        def run_one(call: Mapping[str, Any]) -> tuple[ToolMessage, str | None]:
+            name, call_id = str(call["name"]), str(call["id"])
+            run_args = {**call["args"], "step": step, "question": question}
+            try:
+                message = tools[name].invoke({"type": "tool_call", "id": call_id, "name": name, "args": run_args})
+            except Exception as exc:  # noqa: BLE001 - one failing call must not end the run; it is reported
+                detail = str(exc) if isinstance(exc, SKBError) else f"{type(exc).__name__}: {exc}"
+                error = tool_error(name, step, str(call["args"]), "tool_failed", detail, "try another tool")
+                text, _ = tool_output(error, cfg.tool_output_tokens)
+                failed = ToolMessage(content=text, artifact=error, tool_call_id=call_id, name=name, status="error")
+                return failed, f"tool {name} failed: {detail}"
+            if not isinstance(message, ToolMessage):
+                message = ToolMessage(content=str(message), tool_call_id=call_id, name=name)
+            return _budgeted(message, name, cfg.tool_output_tokens), None
+
+        if len(calls) <= 1 or cfg.max_parallel_tools <= 1:
+            outcomes = [run_one(call) for call in calls]
+        else:
+            with get_executor_for_config({**config, "max_concurrency": cfg.max_parallel_tools}) as pool:
+                outcomes = list(pool.map(run_one, calls))
+        messages = [m for m, _ in outcomes]
+        return {
+            "round_messages": [*messages, *(state.get("round_messages") or [])],
+            "degraded": [d for _, d in outcomes if d],
+            "timings_ms": _add_time(state, "run_tools", start),
+        }
+
+    def observe(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """Fold the round's results into the candidate pool and decide whether the loop is done."""
+        start = time.perf_counter()
+        cfg = settings(self.config, config)
+        pool: dict[str, Candidate] = {
+            k: Candidate(score=v["score"], support=v["support"], label=v["label"], provenance=list(v["provenance"]))
+            for k, v in (state.get("candidates") or {}).items()
+        }
+        calls = state.get("pending_calls") or []
+        round_messages = list(state.get("round_messages") or [])
+        results = {str(m.tool_call_id): m for m in round_messages if isinstance(m, ToolMessage)}
+        step = int(state.get("step") or 0)
+        finish = state.get("finish")
+        explicit = bool(state.get("used_explicit_relations"))
+        degraded: list[str] = []
+        observations: list[dict[str, Any]] = []
+        tokens = 0
+        for call in calls:
+            message = results.get(str(call["id"]))
+            if message is None:
+                continue
+            name = str(call["name"])
+            tokens += estimate_tokens(str(message.content))
+            result = parse_result(name, getattr(message, "artifact", None) or message.content)
+            if isinstance(result, ToolError) and result.error.type == "store_unavailable":
+                degraded.append(f"tool {name}: graph store unavailable: {result.error.message}")
+            added = merge_observation(pool, result, self.bundle)
+            explicit = explicit or (result is not None and result.explicit_edges and added > 0)
+            error = result.error.model_dump() if isinstance(result, ToolError) else None
+            observations.append({"step": step, "tool": name, "args": call["args"], "nodes": added, "error": error})
+            if isinstance(result, Finish):
+                finish = result.model_dump(mode="json")
+        rejected = [
+            m for m in round_messages if isinstance(m, ToolMessage) and m.tool_call_id not in {c["id"] for c in calls}
+        ]
+        tokens += sum(estimate_tokens(str(m.content)) for m in rejected)
+        repairs = int(state.get("repairs") or 0)
+        done = finish is not None
+        if rejected and not calls:
+            repairs += 1
+            if repairs > cfg.max_repairs:
+                degraded.append(f"planner made invalid tool calls {repairs} rounds in a row; stopped after max_repairs")
+                done = True
+        elif not calls and not rejected:
+            done = True  # the planner answered in text: nothing more to run
+        if step >= cfg.max_rounds:
+            done = True
+        update: dict[str, Any] = {
+            "scratchpad": round_messages,
+            "candidates": pool,
+            "observations": observations,
+            "repairs": repairs,
+            "done": done,
+            "finish": finish,
+            "used_explicit_relations": explicit,
+            "tool_calls": int(state.get("tool_calls") or 0) + len(calls),
+            "tool_output_tokens": int(state.get("tool_output_tokens") or 0) + tokens,
+            "pending_calls": [],
+            "round_messages": [],
+            "degraded": degraded,
+            "timings_ms": _add_time(state, "observe", start),
+        }
         if done:
             update["seeds"] = select_seeds(pool, finish, state.get("target_type"), cfg.k)
         return update
 
-    def route_after_act(self, state: AgentState, config: RunnableConfig) -> Literal["act", "fallback", "expand"]:
+    def route(self, state: AgentState, config: RunnableConfig) -> Literal["call_planner", "fallback", "expand"]:
         if not state.get("done"):
-            return "act"
+            return "call_planner"
         cfg = settings(self.config, config)
         seeds = state.get("seeds") or []
         if not seeds or (cfg.fallback_fill and len(seeds) < cfg.k):
@@ -540,15 +577,7 @@ class AgentGraph:
         )
         if skip:
             return {"expanded": [], "timings_ms": {"expand": _elapsed_ms(start)}}
-        try:
-            from graphs.sage_expand import expand
-        except ImportError as exc:
-            return {
-                "expanded": [],
-                "degraded": [f"SAGE expansion unavailable ({exc})"],
-                "timings_ms": {"expand": _elapsed_ms(start)},
-            }
-        ranked = expand(
+        ranked = sage_expand(
             self.bundle,
             state["question"],
             [(s["key"], float(s["score"])) for s in seeds],
@@ -601,7 +630,7 @@ class AgentGraph:
         answer = _answer_text(question, items)
         timings = dict(state.get("timings_ms") or {})
         timings["finalize"] = _elapsed_ms(start)
-        timings["total"] = round(sum(v for k, v in timings.items() if k != "total"), 3)
+        timings["total"] = round(sum(v for k, v in timings.items() if k not in _SUB_STAGES), 3)
         usage = {stage: StageUsage(**u) for stage, u in (state.get("usage") or {}).items()}
         result = AgentResult(
             question=question,
@@ -618,17 +647,25 @@ class AgentGraph:
             prompt_tokens=sum(u.prompt_tokens for u in usage.values()),
             completion_tokens=sum(u.completion_tokens for u in usage.values()),
             tool_calls=int(state.get("tool_calls") or 0),
+            tool_output_tokens=int(state.get("tool_output_tokens") or 0),
             usage_by_stage=usage,
         )
         return {"result": result, "messages": [AIMessage(answer)], "timings_ms": {"finalize": timings["finalize"]}}
 
     # -- assembly ---------------------------------------------------------------------------
     def compile(self, **compile_kwargs: Any) -> CompiledStateGraph[Any, Any, Any, Any]:
-        graph: StateGraph[Any, Any, Any, Any] = StateGraph(AgentState)
+        """The state machine; input, output and config schemas let LangGraph Studio show the knobs."""
+        # AgentConfig as the context schema: LangGraph Studio lists its fields (with defaults and
+        # descriptions) as the assistant's configurable knobs; nodes read them from ``configurable``.
+        graph: StateGraph[Any, Any, Any, Any] = StateGraph(
+            AgentState, context_schema=AgentConfig, input_schema=AgentInput, output_schema=AgentOutput
+        )
         nodes: dict[str, Callable[..., dict[str, Any]]] = {
             "link_entities": self.link_entities,
             "plan": self.plan,
-            "act": self.act,
+            "call_planner": self.call_planner,
+            "run_tools": self.run_tools,
+            "observe": self.observe,
             "fallback": self.fallback,
             "expand": self.expand,
             "finalize": self.finalize,
@@ -637,12 +674,41 @@ class AgentGraph:
             graph.add_node(name, fn)
         graph.add_edge(START, "link_entities")
         graph.add_edge("link_entities", "plan")
-        graph.add_edge("plan", "act")
-        graph.add_conditional_edges("act", self.route_after_act, ["act", "fallback", "expand"])
+        graph.add_edge("plan", "call_planner")
+        graph.add_edge("call_planner", "run_tools")
+        graph.add_edge("run_tools", "observe")
+        graph.add_conditional_edges("observe", self.route, ["call_planner", "fallback", "expand"])
         graph.add_edge("fallback", "expand")
         graph.add_edge("expand", "finalize")
         graph.add_edge("finalize", END)
         return graph.compile(name="skb-agent", **compile_kwargs)
+
+
+def _add_time(state: AgentState, stage: str, start: float) -> dict[str, float]:
+    """The stage's accumulated time (the act loop's nodes run once per round) plus the ``act`` total."""
+    timings = state.get("timings_ms") or {}
+    elapsed = _elapsed_ms(start)
+    return {
+        stage: round(float(timings.get(stage, 0.0)) + elapsed, 3),
+        "act": round(float(timings.get("act", 0.0)) + elapsed, 3),
+    }
+
+
+def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessage:
+    """The tool message with a typed artifact and model text within the budget, whatever the tool returned
+    (tools that still answer with JSON dicts get their text re-rendered from the typed result)."""
+    artifact = getattr(message, "artifact", None)
+    result = parse_result(name, artifact if artifact is not None else message.content)
+    if result is None:
+        text = str(message.content)
+        limit = budget_tokens * CHARS_PER_TOKEN
+        if len(text) > limit:
+            message = message.model_copy(update={"content": text[: limit - 1] + "\u2026"})
+        return message
+    text = result.model_text(budget_tokens)
+    if text == message.content and artifact is result:
+        return message
+    return message.model_copy(update={"content": clean_text(text), "artifact": result})
 
 
 def _answer_text(question: str, items: Sequence[ContextItem]) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from agent.config import AgentConfig
+from agent.offline_planner import OfflinePlanner
 from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema
 from graphs.text_safety import quoted
@@ -44,13 +45,7 @@ class PlannerCallError(PlannerError):
 def make_chat_model(config: AgentConfig, bundle: IndexBundle) -> BaseChatModel:
     """The chat model behind the planner: ``ChatOpenAI`` or the offline (rule-based) planner."""
     if config.planner == "offline":
-        try:
-            from agent.offline_planner import OfflinePlanner
-        except ImportError as exc:
-            raise ConfigError(
-                f"the offline planner is not available ({exc}); use --planner openai or install the full package"
-            ) from exc
-        return OfflinePlanner(bundle)  # type: ignore[no-any-return]
+        return OfflinePlanner(bundle)
     if not os.environ.get("OPENAI_API_KEY"):
         raise ConfigError(
             "planner 'openai' needs OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server); "

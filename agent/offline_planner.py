@@ -42,8 +42,11 @@ from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
 from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for, schema_for
+from agent.path_planner import path_walk_message
 from graphs.errors import PlannerError
 from graphs.model import SKB
+from tools.results import Neighbor, Neighborhood, SemanticHit, SemanticHits, ToolResult, parse_result
+from tools.search_nodes import MAX_LIMIT as SEARCH_MAX_LIMIT
 
 _PLAN = re.compile(r"<plan>(.*?)</plan>", re.DOTALL)
 
@@ -51,6 +54,8 @@ _PLAN = re.compile(r"<plan>(.*?)</plan>", re.DOTALL)
 MAX_CALLS_PER_ROUND = 48
 #: Intermediate nodes expanded on the second hop of a two-hop path.
 SECOND_HOP_SEEDS = 10
+#: Most keys one search_nodes call expands (the tool's argument limit).
+MAX_KEYS_PER_CALL = 200
 #: Keys finish returns (more than k: the agent keeps k, SAGE and metrics may look further).
 FINISH_KEYS = 100
 
@@ -78,24 +83,17 @@ def parse_plan(messages: Sequence[BaseMessage]) -> dict[str, Any]:
 
 @dataclass
 class Observations:
-    """What the tools returned so far, flattened."""
+    """What the tools returned so far: typed results, flattened per kind."""
 
     rounds: int = 0
-    triples: list[dict[str, Any]] = field(default_factory=list)
-    hits: list[dict[str, Any]] = field(default_factory=list)
+    neighborhoods: list[Neighborhood] = field(default_factory=list)
+    hits: list[SemanticHit] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    results_by_call: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results_by_call: dict[str, ToolResult | None] = field(default_factory=dict)
 
-
-def _payload(message: ToolMessage) -> dict[str, Any]:
-    artifact = getattr(message, "artifact", None)
-    if isinstance(artifact, dict):
-        return artifact
-    try:
-        data = json.loads(str(message.content))
-    except (json.JSONDecodeError, TypeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    def neighbors(self, rel: str | None = None) -> list[Neighbor]:
+        """Every neighbour reported so far, optionally only those reached along ``rel``."""
+        return [n for hood in self.neighborhoods for n in hood.neighbors if rel is None or rel in n.rels]
 
 
 def read_observations(messages: Sequence[BaseMessage]) -> Observations:
@@ -115,12 +113,13 @@ def read_observations(messages: Sequence[BaseMessage]) -> Observations:
                 if call.get("id"):
                     call_args[str(call["id"])] = entry
         elif isinstance(message, ToolMessage):
-            data = _payload(message)
-            obs.results_by_call[message.tool_call_id] = data
-            if "error" in data:
-                continue
-            obs.triples.extend(t for t in data.get("triples") or [] if isinstance(t, dict))
-            obs.hits.extend(h for h in data.get("hits") or [] if isinstance(h, dict))
+            name = message.name or call_args.get(message.tool_call_id, ("", {}))[0]
+            result = parse_result(name, getattr(message, "artifact", None) or message.content)
+            obs.results_by_call[message.tool_call_id] = result
+            if isinstance(result, Neighborhood):
+                obs.neighborhoods.append(result)
+            elif isinstance(result, SemanticHits):
+                obs.hits.extend(result.hits)
     return obs
 
 
@@ -284,6 +283,9 @@ class OfflinePlanner(BaseChatModel):
     # -- decision ----------------------------------------------------------------------------
     def next_message(self, messages: Sequence[BaseMessage]) -> AIMessage:
         plan = parse_plan(messages)
+        walked = path_walk_message(self.bundle, plan, messages)  # multi-hop relation paths (profile-enabled)
+        if walked is not None:
+            return walked  # type: ignore[no-any-return]
         obs = read_observations(messages)
         max_rounds = max(1, int(plan.get("max_rounds") or 4))
         rnd = obs.rounds
@@ -309,31 +311,16 @@ class OfflinePlanner(BaseChatModel):
         keep = {k for keys in _source_groups(linked, str(target)).values() for k in keys}
         return [e for e in linked if str(e.get("key")) in keep], paths
 
-    def _search(
-        self, keys: list[str], rel: str, direction: str, to_label: str, limit: int
-    ) -> tuple[str, dict[str, Any]]:
-        """A ``search_nodes`` call; relevance ranking is requested only when the result can be truncated.
-
-        Why: ranking costs an embedding lookup per neighbour (tens of milliseconds on a hub); when the
-        keys' degree along the relation fits in ``limit`` the ranked and unranked results are the
-        same set, and the planner re-scores candidates itself.
-        """
-        degree = 0
-        skb: SKB = self.bundle.skb
-        for key in keys:
-            edges = skb.in_edges(key) if direction == "in" else skb.out_edges(key)
-            if direction == "both":
-                edges = list(skb.in_edges(key)) + list(skb.out_edges(key))  # type: ignore[assignment]
-            degree += sum(1 for e in edges if e.rel == rel)
-            if degree > limit:
-                break
+    @staticmethod
+    def _search(keys: list[str], rel: str, direction: str, to_label: str, limit: int) -> tuple[str, dict[str, Any]]:
+        """A ``search_nodes`` call over ``keys`` (one call for many keys: the tool aggregates per neighbour
+        and says which keys reach it). The tool ranks by relevance only when the result is cut."""
         args: dict[str, Any] = {
             "keys": keys,
             "rel_types": [rel],
             "direction": direction,
             "target_label": to_label,
-            "limit": limit,
-            "rank": degree > limit,
+            "limit": min(limit, SEARCH_MAX_LIMIT),
         }
         return ("search_nodes", args)
 
@@ -356,14 +343,23 @@ class OfflinePlanner(BaseChatModel):
         k = int(plan.get("per_call_k") or 50)
         linked, paths = self._sources(plan)
         calls: list[tuple[str, dict[str, Any]]] = []
+        # one call per (first hop, source label) with every linked key of that label; one hierarchy
+        # call per label likewise
+        hops: dict[tuple[str, str, str, str], list[str]] = {}
+        hierarchies: dict[tuple[str, str], list[str]] = {}
         for ent in linked:
-            step = self._first_hop(paths, str(ent["label"]))
+            label = str(ent["label"])
+            step = self._first_hop(paths, label)
             if step is None:
                 continue
-            calls.append(self._search([ent["key"]], step["rel"], step["direction"], step["to_label"], k))
-            hierarchy = find_hierarchy(self.bundle.skb, str(ent["label"])) if self.use_hierarchy else None
+            hops.setdefault((label, step["rel"], step["direction"], step["to_label"]), []).append(str(ent["key"]))
+            hierarchy = find_hierarchy(self.bundle.skb, label) if self.use_hierarchy else None
             if hierarchy is not None:
-                calls.append(self._search([ent["key"]], hierarchy.rel, "both", hierarchy.label, k))
+                hierarchies.setdefault((hierarchy.rel, hierarchy.label), []).append(str(ent["key"]))
+        for (_, rel, direction, to_label), keys in hops.items():
+            calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, direction, to_label, k * len(keys)))
+        for (rel, label), keys in hierarchies.items():
+            calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, "both", label, k * len(keys)))
         if self.use_semantic or not calls:
             args: dict[str, Any] = {"text": str(plan.get("question") or ""), "k": k}
             if target:
@@ -379,37 +375,28 @@ class OfflinePlanner(BaseChatModel):
         linked, paths = self._sources(plan)
         linked_keys = {str(e["key"]) for e in linked}
         calls: list[tuple[str, dict[str, Any]]] = []
-        # hierarchy neighbours, grouped by the linked entity they came from
+        # hierarchy neighbours of the linked entities, one call per (label, first hop)
+        hops: dict[tuple[str, str, str], list[str]] = {}
         for ent in linked:
             label = str(ent["label"])
             hierarchy = find_hierarchy(skb, label) if self.use_hierarchy else None
             step = self._first_hop(paths, label)
             if hierarchy is None or step is None:
                 continue
-            neigh: list[str] = []
-            for t in obs.triples:
-                if t.get("rel") != hierarchy.rel:
-                    continue
-                if t.get("src") == ent["key"]:
-                    other = t.get("dst")
-                elif t.get("dst") == ent["key"]:
-                    other = t.get("src")
-                else:
-                    continue
-                if isinstance(other, str) and other not in linked_keys and other not in neigh:
-                    neigh.append(other)
+            neigh = hops.setdefault((step["rel"], step["direction"], step["to_label"]), [])
+            for n in obs.neighbors(hierarchy.rel):
+                if str(ent["key"]) in n.seeds and n.key not in linked_keys and n.key not in neigh:
+                    neigh.append(n.key)
+        for (rel, direction, to_label), neigh in hops.items():
             if neigh:
-                calls.append(self._search(neigh[:200], step["rel"], step["direction"], step["to_label"], k))
+                keys = neigh[:MAX_KEYS_PER_CALL]
+                calls.append(self._search(keys, rel, direction, to_label, k * max(1, len(linked))))
         # second hop of two-hop paths from the best intermediates
         for path in paths:
             if len(path) != 2 or path[-1]["to_label"] != target:
                 continue
             mid = path[0]["to_label"]
-            mids = [
-                t["dst"] if t.get("dst_label") == mid else t["src"]
-                for t in obs.triples
-                if t.get("rel") == path[0]["rel"] and (t.get("dst_label") == mid or t.get("src_label") == mid)
-            ]
+            mids = [n.key for n in obs.neighbors(path[0]["rel"]) if n.label == mid]
             if not mids:
                 continue
             ranked = rank_targets(skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS)
@@ -426,19 +413,15 @@ class OfflinePlanner(BaseChatModel):
         link_score = {str(e["key"]): float(e.get("score") or 1.0) for e in linked}
         candidates: list[str] = []
         support: dict[str, float] = defaultdict(float)
-        for t in obs.triples:
-            for end, other in (("src", "dst"), ("dst", "src")):
-                key = t.get(end)
-                label = t.get(f"{end}_label")
-                if isinstance(key, str) and (label == target or (target is None and label)):
-                    candidates.append(key)
-                    support[key] += link_score.get(str(t.get(other)), 0.5)
+        for n in obs.neighbors():
+            if target is None or n.label == target:
+                candidates.append(n.key)
+                support[n.key] += sum(link_score.get(seed, 0.5) for seed in n.seeds)
         semantic: dict[str, float] = {}
         for h in obs.hits:
-            key = h.get("key")
-            if isinstance(key, str) and (target is None or h.get("label") == target):
-                candidates.append(key)
-                semantic[key] = max(semantic.get(key, -1.0), float(h.get("score") or 0.0))
+            if target is None or h.label == target:
+                candidates.append(h.key)
+                semantic[h.key] = max(semantic.get(h.key, -1.0), h.score)
         if target:
             ranked = rank_targets(skb, str(target), linked, paths, candidates, semantic, support, top=self.finish_keys)
         else:

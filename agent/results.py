@@ -57,6 +57,7 @@ class AgentResult(_JsonModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
+    tool_output_tokens: int = Field(default=0, description="chars/4 of the tool results' model-facing text")
     usage_by_stage: dict[str, StageUsage] = Field(default_factory=dict)
 
     def ranked(self) -> list[tuple[str, float]]:

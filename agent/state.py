@@ -57,6 +57,27 @@ class AgentState(TypedDict, total=False):
     timings_ms: Annotated[dict[str, float], merge_dicts]
     usage: Annotated[dict[str, dict[str, int]], merge_dicts]
     tool_calls: int
+    tool_output_tokens: int
+    """chars/4 of every tool result's model-facing text so far (what an LLM planner reads)."""
+    pending_calls: list[dict[str, Any]]
+    """The current round's validated tool calls (args clamped), set by call_planner, run by run_tools."""
+    round_messages: list[AnyMessage]
+    """The current round's tool messages in call order (results, then rejected calls), for observe."""
     planner_offline: bool
     """The configured planner failed for good this run; later rounds use the offline planner."""
     result: AgentResult
+
+
+class AgentInput(TypedDict, total=False):
+    """What a caller passes: a question, or a chat whose last human message is the question."""
+
+    question: str
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class AgentOutput(TypedDict, total=False):
+    """What a caller gets back: the question as read, the ranked result and the answer appended to the chat."""
+
+    question: str
+    result: AgentResult
+    messages: Annotated[list[AnyMessage], add_messages]

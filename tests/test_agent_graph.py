@@ -257,8 +257,10 @@ def test_stream_updates_and_astream(hpo_bundle: Any) -> None:
     graph = build_agent(config(), hpo_bundle, chat_model=script())
     updates = list(graph.stream({"question": "Marfan syndrome"}, stream_mode="updates"))
     nodes = [next(iter(u)) for u in updates]
-    assert nodes == ["link_entities", "plan", "act", "act", "expand", "finalize"]
-    assert updates[2]["act"]["step"] == 1 and not updates[2]["act"]["done"]
+    one_round = ["call_planner", "run_tools", "observe"]
+    assert nodes == ["link_entities", "plan", *one_round, *one_round, "expand", "finalize"]
+    assert updates[2]["call_planner"]["step"] == 1 and not updates[4]["observe"]["done"]
+    assert updates[7]["observe"]["done"]
     assert updates[-1]["finalize"]["result"].context[0].key == "OMIM:154700"
 
     async def collect() -> list[str]:

@@ -95,6 +95,47 @@ def embed_query(bundle: IndexBundle, text: str) -> np.ndarray:
     return vector
 
 
+class EmbeddingMatrix:
+    """Every node vector of an index as one contiguous float32 matrix plus a key -> row map.
+
+    Why: ranking a hub's neighbours by relevance is one matrix-vector product over the rows of
+    those neighbours; asking the HNSW index for one vector per key costs a Python round trip each.
+    """
+
+    def __init__(self, keys: list[str], matrix: np.ndarray) -> None:
+        self.row = {key: i for i, key in enumerate(keys)}
+        self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        self.matrix.setflags(write=False)
+
+    def scores(self, keys: list[str], query: np.ndarray) -> np.ndarray:
+        """Cosine of each key's vector with ``query`` (vectors are unit length); NaN for keys without one."""
+        rows = np.fromiter((self.row.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        out = np.full(len(keys), np.nan, dtype=np.float32)
+        present = rows >= 0
+        if present.any():
+            out[present] = self.matrix[rows[present]] @ np.asarray(query, dtype=np.float32)
+        return out
+
+
+_matrix_lock = threading.Lock()
+_matrices: dict[int, tuple[object, EmbeddingMatrix]] = {}
+
+
+def embedding_matrix(bundle: IndexBundle) -> EmbeddingMatrix:
+    """The bundle's node vectors as one matrix, copied out of the HNSW index once per index."""
+    hnsw = bundle.hnsw
+    with _matrix_lock:
+        hit = _matrices.get(id(hnsw))
+        if hit is not None and hit[0] is hnsw:
+            return hit[1]
+        keys = list(hnsw.keys)
+        matrix = EmbeddingMatrix(keys, hnsw.vectors(keys))
+        _matrices[id(hnsw)] = (hnsw, matrix)
+        for ident in [i for i, (h, _) in _matrices.items() if h is not hnsw and i != id(hnsw)][:-3]:
+            _matrices.pop(ident, None)  # keep a few indexes' matrices, not every one ever opened
+        return matrix
+
+
 def question_for(question: str | None, getter: QuestionGetter | None) -> str | None:
     if question:
         return question

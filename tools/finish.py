@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field, model_validator
 
-from tools.common import InjectedArgs, provenance, tool_output
+from tools.common import InjectedArgs, truncate
+from tools.results import DEFAULT_BUDGET_TOKENS, Finish, ToolProvenance, tool_output
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -31,14 +32,14 @@ class FinishArgs(InjectedArgs):
         return self
 
 
-def make_finish(bundle: IndexBundle) -> BaseTool:
+def make_finish(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> BaseTool:
     def run(
         keys: list[str],
         scores: list[float] | None = None,
         confidence: float | None = None,
         step: int = 0,
         question: str | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, Any]:
         seen: set[str] = set()
         accepted: list[str] = []
         accepted_scores: list[float] = []
@@ -52,14 +53,14 @@ def make_finish(bundle: IndexBundle) -> BaseTool:
                 continue
             accepted.append(key)
             accepted_scores.append(float(scores[i]) if scores is not None else 1.0 - i / max(len(keys), 1))
-        payload: dict[str, Any] = {
-            "keys": accepted,
-            "scores": accepted_scores,
-            "confidence": confidence,
-            "unknown": unknown,
-            "provenance": provenance(NAME, step, "finish " + ", ".join(keys[:20])),
-        }
-        return tool_output(payload)
+        result = Finish(
+            provenance=ToolProvenance(tool=NAME, step=step, query=truncate("finish " + ", ".join(keys[:20]), 500)),
+            keys=accepted,
+            scores=accepted_scores,
+            confidence=confidence,
+            unknown=unknown,
+        )
+        return tool_output(result, budget_tokens)
 
     return StructuredTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=FinishArgs, response_format="content_and_artifact"

@@ -1,11 +1,17 @@
-"""PASemiQA *Search*: the one-hop subgraph around given nodes, ranked by relevance to the question.
+"""PASemiQA *Search*: the one-hop neighbourhood of given nodes, aggregated per neighbour.
 
-Why rank: a hub phenotype can have thousands of diseases; the model sees only ``limit`` of them,
-so the cap must keep the neighbors whose text is closest to the question, not an arbitrary slice.
+Why aggregate in the store: a hub phenotype has thousands of edges; shipping each as a triple
+(with properties) to Python and then to a model's context costs tens of kilobytes per call. One
+Cypher query groups the edges per neighbour (which seeds and relations reach it, how many edges,
+an optional weight sum) and orders and limits them server-side, so a call returns at most
+``limit`` small rows. When the question is known and more neighbours exist than ``limit``, the
+server returns a larger pool which is ranked by relevance to the question (one matrix-vector
+product over the node vectors) and then cut to ``limit``. Raw triples come only on request.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -13,17 +19,24 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
 from graphs.errors import ConfigError, StoreError, StoreUnavailableError
+from graphs.store.props import quote_name
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
     embed_query,
-    error_payload,
+    embedding_matrix,
     label_hint,
-    node_label_name,
-    provenance,
     question_for,
     relation_hint,
     schema_of,
+)
+from tools.results import (
+    DEFAULT_BUDGET_TOKENS,
+    Neighbor,
+    Neighborhood,
+    ToolProvenance,
+    TripleRow,
+    tool_error,
     tool_output,
 )
 
@@ -32,13 +45,20 @@ if TYPE_CHECKING:
 
 NAME = "search_nodes"
 DESCRIPTION = (
-    "Expand node keys one hop along typed relationships (explicit edges) and return the edges as triples "
-    "with node names, ranked by relevance of the neighbor to the question. Filter by relationship types, "
-    "direction ('out' follows the stored arrow from the given nodes, 'in' goes against it, 'both') and the "
-    'neighbor label. Returns {"triples": [{"src","src_label","src_name","rel","dst","dst_label","dst_name",'
-    '"props","score"}], "truncated": bool}.'
+    "Expand node keys one hop along typed relationships (explicit edges). Returns one row per neighbour: "
+    "key, label, name, which of the given keys reach it (via seeds), by which relationship types, how many "
+    "edges, and its relevance to the question; most-connected / most-relevant first. Filter by relationship "
+    "types, direction ('out' follows the stored arrow from the given nodes, 'in' goes against it, 'both') and "
+    "the neighbour label. Set include_triples for a few raw edges."
 )
-MAX_LIMIT = 5000
+#: Most neighbours one call returns.
+MAX_LIMIT = 1000
+#: Neighbours the store hands back for relevance ranking before the cut to ``limit``.
+RANK_POOL = 5000
+#: Most raw edges a call returns when asked for them.
+MAX_TRIPLES = 25
+#: Wall-clock limit of the aggregation query.
+QUERY_TIMEOUT_MS = 5000
 
 
 class SearchNodesArgs(InjectedArgs):
@@ -46,105 +66,170 @@ class SearchNodesArgs(InjectedArgs):
     rel_types: list[str] | None = Field(default=None, description="only these relationship types")
     direction: Literal["out", "in", "both"] = "both"
     target_label: str | None = Field(default=None, description="only neighbors with this label")
-    limit: int = Field(default=200, ge=1, le=MAX_LIMIT, description="most triples to return")
-    rank: bool = Field(default=True, description="rank by relevance to the question; false returns store order")
+    limit: int = Field(default=50, ge=1, le=MAX_LIMIT, description="most neighbours to return")
+    rank: bool = Field(default=True, description="rank by relevance to the question; false keeps edge-count order")
+    include_triples: bool = Field(default=False, description=f"also return up to {MAX_TRIPLES} raw edges")
 
 
-def _neighbor_key(src: str, dst: str, seeds: set[str]) -> str:
-    return src if dst in seeds and src not in seeds else dst
+def aggregation_query(
+    seed_label: str,
+    rel_types: list[str] | None,
+    direction: Literal["out", "in", "both"],
+    target_label: str | None,
+    weight_property: str | None = None,
+) -> str:
+    """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
+
+    Only names validated against the schema are spliced in (backtick-quoted); keys and the limit
+    are parameters. Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no
+    dynamic property access).
+    """
+    rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
+    target = f":{quote_name(target_label)}" if target_label else ""
+    left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
+    weight = (
+        f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
+        if weight_property
+        else ", null AS weight"
+    )
+    return (
+        f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
+        f"WITH m, collect(DISTINCT n.key) AS seeds, collect(DISTINCT type(r)) AS rels, count(r) AS paths{weight} "
+        "RETURN m.key AS key, labels(m)[0] AS label, seeds, rels, paths, weight "
+        "ORDER BY paths DESC, key ASC LIMIT $limit"
+    )
 
 
-def make_search_nodes(bundle: IndexBundle, question_getter: QuestionGetter | None = None) -> BaseTool:
-    def relevance(keys: list[str], question: str) -> dict[str, float]:
-        qvec = embed_query(bundle, question)
-        scores: dict[str, float] = {}
-        for key in keys:
-            try:
-                vec = bundle.hnsw.vector(key)
-            except (KeyError, IndexError, ValueError, RuntimeError):
-                continue
-            scores[key] = float(np.dot(np.asarray(vec, dtype=np.float32), qvec))
-        return scores
+def make_search_nodes(
+    bundle: IndexBundle,
+    question_getter: QuestionGetter | None = None,
+    *,
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+    weight_property: str | None = None,
+) -> BaseTool:
+    """``weight_property``: a numeric edge property summed per neighbour (None: no weight column)."""
+
+    def aggregate(
+        known: list[str],
+        rel_types: list[str] | None,
+        direction: Literal["out", "in", "both"],
+        target_label: str | None,
+        fetch: int,
+    ) -> list[Neighbor]:
+        by_label: dict[str, list[str]] = defaultdict(list)
+        for key in known:
+            by_label[bundle.skb.nodes[key].label].append(key)
+        merged: dict[str, Neighbor] = {}
+        # one query per seed label; almost every call expands keys of a single label
+        for seed_label, keys in sorted(by_label.items()):
+            cypher = aggregation_query(seed_label, rel_types, direction, target_label, weight_property)
+            result = bundle.store.query(
+                cypher, {"keys": keys, "limit": fetch}, timeout_ms=QUERY_TIMEOUT_MS, max_rows=fetch
+            )
+            for key, label, seeds, rels, paths, weight in result.rows:
+                key = str(key)
+                node = bundle.skb.nodes.get(key)
+                entry = merged.get(key)
+                if entry is None:
+                    merged[key] = Neighbor(
+                        key=key,
+                        label=str(label),
+                        name=node.name if node is not None else key,
+                        seeds=sorted(str(s) for s in seeds),
+                        rels=sorted(str(r) for r in rels),
+                        paths=int(paths),
+                        weight=None if weight is None else float(weight),
+                    )
+                else:
+                    entry.seeds = sorted({*entry.seeds, *map(str, seeds)})
+                    entry.rels = sorted({*entry.rels, *map(str, rels)})
+                    entry.paths += int(paths)
+                    if weight is not None:
+                        entry.weight = (entry.weight or 0.0) + float(weight)
+        out = list(merged.values())
+        if len(by_label) > 1:
+            out.sort(key=lambda n: (-n.paths, n.key))
+        return out
 
     def run(
         keys: list[str],
         rel_types: list[str] | None = None,
         direction: Literal["out", "in", "both"] = "both",
         target_label: str | None = None,
-        limit: int = 200,
+        limit: int = 50,
         rank: bool = True,
+        include_triples: bool = False,
         step: int = 0,
         question: str | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, Neighborhood | Any]:
         query = f"keys={keys} rel_types={rel_types} direction={direction} target_label={target_label}"
         schema = schema_of(bundle)
         if target_label is not None and target_label not in schema.label_names():
             msg = f"no node label {target_label!r}"
-            return tool_output(error_payload(NAME, step, query, "unknown_label", msg, label_hint(schema)))
+            return tool_output(tool_error(NAME, step, query, "unknown_label", msg, label_hint(schema)), budget_tokens)
         unknown_rels = sorted(set(rel_types or ()) - set(schema.relation_names()))
         if unknown_rels:
             msg = f"unknown relationship types {unknown_rels}"
-            return tool_output(error_payload(NAME, step, query, "unknown_relation", msg, relation_hint(schema)))
+            err = tool_error(NAME, step, query, "unknown_relation", msg, relation_hint(schema))
+            return tool_output(err, budget_tokens)
         known = [k for k in dict.fromkeys(keys) if k in bundle.skb.nodes]
         unknown_keys = [k for k in keys if k not in bundle.skb.nodes]
         if not known:
             msg = f"none of the keys {unknown_keys[:10]} is a node of the graph"
             hint = "use keys returned by semantic_search, the plan's linked entities or earlier results"
-            return tool_output(error_payload(NAME, step, query, "unknown_key", msg, hint))
+            return tool_output(tool_error(NAME, step, query, "unknown_key", msg, hint), budget_tokens)
         q = question_for(question, question_getter)
         do_rank = rank and bool(q)
-        fetch = MAX_LIMIT if do_rank else limit
+        fetch = max(RANK_POOL, limit) if do_rank else limit
+        rels = list(rel_types) if rel_types else None
 
-        def fetch_neighbors() -> list[Any]:
-            return bundle.store.neighbors(
-                known, rel_types=rel_types or None, direction=direction, target_label=target_label, limit=fetch + 1
-            )
+        def fetch_all() -> tuple[list[Neighbor], list[TripleRow]]:
+            neighbors = aggregate(known, rels, direction, target_label, fetch + 1)
+            triples: list[TripleRow] = []
+            if include_triples:
+                raw = bundle.store.neighbors(
+                    known, rel_types=rels, direction=direction, target_label=target_label, limit=MAX_TRIPLES
+                )
+                triples = [TripleRow(src=t.src, rel=t.rel, dst=t.dst, props=t.props) for t in raw]
+            return neighbors, triples
 
         try:
             try:
-                triples = fetch_neighbors()
+                neighbors, triples = fetch_all()
             except StoreUnavailableError:
                 # a server that died (or was stopped by a rebuild) is restarted by the next call;
                 # one-hop lookups are cheap and idempotent, so retry once before reporting
-                triples = fetch_neighbors()
+                neighbors, triples = fetch_all()
         except StoreUnavailableError as exc:
             hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
-            return tool_output(error_payload(NAME, step, query, "store_unavailable", str(exc), hint))
+            return tool_output(tool_error(NAME, step, query, "store_unavailable", str(exc), hint), budget_tokens)
         except (StoreError, ConfigError) as exc:
             hint = "check keys, relationship types and label against the schema; " + relation_hint(schema)
-            return tool_output(error_payload(NAME, step, query, "store_error", str(exc), hint))
-        truncated = len(triples) > fetch
-        triples = triples[:fetch]
-        seeds = set(known)
-        rows: list[dict[str, Any]] = []
-        for t in triples:
-            _, src_name = node_label_name(bundle, t.src)
-            _, dst_name = node_label_name(bundle, t.dst)
-            rows.append(
-                {
-                    "src": t.src,
-                    "src_label": t.src_label,
-                    "src_name": src_name,
-                    "rel": t.rel,
-                    "dst": t.dst,
-                    "dst_label": t.dst_label,
-                    "dst_name": dst_name,
-                    "props": t.props,
-                }
-            )
-        if do_rank and q:
-            neighbor_keys = list(dict.fromkeys(_neighbor_key(r["src"], r["dst"], seeds) for r in rows))
-            scores = relevance(neighbor_keys, q)
-            for r in rows:
-                r["score"] = round(scores.get(_neighbor_key(r["src"], r["dst"], seeds), -1.0), 4)
-            rows.sort(key=lambda r: -float(r["score"]))
-        if len(rows) > limit:
-            rows = rows[:limit]
+            return tool_output(tool_error(NAME, step, query, "store_error", str(exc), hint), budget_tokens)
+        truncated = len(neighbors) > fetch
+        neighbors = neighbors[:fetch]
+        if do_rank and q and len(neighbors) > limit:
+            scores = embedding_matrix(bundle).scores([n.key for n in neighbors], embed_query(bundle, q))
+            scores = np.where(np.isnan(scores), -1.0, scores)
+            # relevance first, then edge count (more seeds reaching a node is more evidence)
+            order = np.lexsort((-np.array([n.paths for n in neighbors]), -scores))
+            neighbors = [neighbors[i].model_copy(update={"score": round(float(scores[i]), 4)}) for i in order]
+        else:
+            do_rank = False
+        if len(neighbors) > limit:
+            neighbors = neighbors[:limit]
             truncated = True
-        payload: dict[str, Any] = {"triples": rows, "truncated": truncated, "provenance": provenance(NAME, step, query)}
-        if unknown_keys:
-            payload["unknown_keys"] = unknown_keys
-        return tool_output(payload)
+        result = Neighborhood(
+            provenance=ToolProvenance(tool=NAME, step=step, query=query[:500]),
+            keys=known,
+            rel_types=rels,
+            neighbors=neighbors,
+            triples=triples,
+            truncated=truncated,
+            ranked=do_rank,
+            unknown_keys=unknown_keys,
+        )
+        return tool_output(result, budget_tokens)
 
     return StructuredTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=SearchNodesArgs, response_format="content_and_artifact"

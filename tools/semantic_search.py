@@ -7,16 +7,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
-from tools.common import (
-    InjectedArgs,
-    embed_query,
-    error_payload,
-    label_hint,
-    provenance,
-    schema_of,
-    tool_output,
-    truncate,
-)
+from tools.common import InjectedArgs, embed_query, label_hint, schema_of, truncate
+from tools.results import DEFAULT_BUDGET_TOKENS, SemanticHit, SemanticHits, ToolProvenance, tool_error, tool_output
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -25,7 +17,7 @@ NAME = "semantic_search"
 DESCRIPTION = (
     "Find nodes whose text is semantically similar to a description (dense vector search). "
     "Use for descriptions, phenotypes or names that were not linked yet. Optionally restrict to one node label. "
-    'Returns {"hits": [{"key","label","name","score","text"}]} best first.'
+    "Returns one line per hit (key | label | name | score | text), best first."
 )
 
 
@@ -35,16 +27,15 @@ class SemanticSearchArgs(InjectedArgs):
     k: int = Field(default=20, ge=1, le=5000, description="how many hits to return")
 
 
-def make_semantic_search(bundle: IndexBundle) -> BaseTool:
+def make_semantic_search(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> BaseTool:
     def run(
         text: str, label: str | None = None, k: int = 20, step: int = 0, question: str | None = None
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, Any]:
         query = text if label is None else f"{text} [label={label}]"
         schema = schema_of(bundle)
         if label is not None and label not in schema.label_names():
-            return tool_output(
-                error_payload(NAME, step, query, "unknown_label", f"no node label {label!r}", label_hint(schema))
-            )
+            err = tool_error(NAME, step, query, "unknown_label", f"no node label {label!r}", label_hint(schema))
+            return tool_output(err, budget_tokens)
         vector = embed_query(bundle, text)
         hits = bundle.hnsw.search(vector, k, label=label)
         rows = []
@@ -53,15 +44,16 @@ def make_semantic_search(bundle: IndexBundle) -> BaseTool:
             if node is None:
                 continue
             rows.append(
-                {
-                    "key": key,
-                    "label": node.label,
-                    "name": node.name,
-                    "score": round(float(score), 4),
-                    "text": truncate(bundle.skb.node_text(key)),
-                }
+                SemanticHit(
+                    key=key,
+                    label=node.label,
+                    name=node.name,
+                    score=round(float(score), 4),
+                    text=truncate(bundle.skb.node_text(key)),
+                )
             )
-        return tool_output({"hits": rows, "provenance": provenance(NAME, step, query)})
+        result = SemanticHits(provenance=ToolProvenance(tool=NAME, step=step, query=truncate(query, 500)), hits=rows)
+        return tool_output(result, budget_tokens)
 
     return StructuredTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=SemanticSearchArgs, response_format="content_and_artifact"

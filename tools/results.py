@@ -1,0 +1,373 @@
+"""Typed tool results: one pydantic model per result kind, read by every consumer.
+
+Why typed: the agent graph, the offline planner, the trace viewer, the MCP server and the toolkit
+all read tool results. With string-keyed dicts each of them guessed at the shape (and at whether a
+query used explicit edges); with one model per kind they share one validated shape, one error
+payload and one compact text form. A result has two faces:
+
+* the *artifact* (the model instance, ``response_format="content_and_artifact"``) for code: complete,
+  typed, lossless;
+* the *model text* (``model_text(budget_tokens)``) for an LLM's context: compact lines, cut at a
+  token budget with a note saying how much was left out and how to narrow the call.
+
+Adding a tool means adding its result model here and a branch in ``RESULT_TYPES``; nothing else
+needs to know the shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from graphs.errors import CypherValidationError
+from graphs.store.cypher_guard import extract_refs
+from graphs.text_safety import clean_text
+
+#: Default token budget of one tool result's model-facing text (chars / 4 estimate).
+DEFAULT_BUDGET_TOKENS = 1500
+#: Characters per token in the budget estimate (the usual rule of thumb for English and keys).
+CHARS_PER_TOKEN = 4
+#: Answer keys the finish text echoes back.
+FINISH_ECHO = 20
+#: Longest name or text fragment one line of model text shows.
+LINE_TEXT_CHARS = 80
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of ``text`` as the budget counts them (characters / 4, rounded up)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def _cut(text: str, limit: int = LINE_TEXT_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens: int, narrow_hint: str) -> str:
+    """Compact JSON of ``head`` with as many ``items`` under ``field`` as fit in the budget; when some are
+    left out, ``omitted`` counts them and ``note`` says how to narrow the call.
+
+    Why JSON: planners (and scripts) parse it without a bespoke grammar; compact separators and short
+    item dicts keep it close to a table's size."""
+    limit = max(1, budget_tokens) * CHARS_PER_TOKEN
+    base = len(_compact({**head, field: []}))
+    reserve = 40 + len(narrow_hint) + len(_compact(len(items)))
+    used = base
+    kept: list[Any] = []
+    for item in items:
+        size = len(_compact(item)) + 1
+        if used + size > limit - reserve:
+            break
+        kept.append(item)
+        used += size
+    out = {**head, field: kept}
+    if len(kept) < len(items):
+        out["omitted"] = len(items) - len(kept)
+        out["note"] = f"token budget {budget_tokens}: {narrow_hint}"
+    text = _compact(out)
+    if len(text) > limit:  # the head alone is over budget (a huge error message): cut the text
+        return text[: limit - 1] + "\u2026"
+    return text
+
+
+class ToolProvenance(BaseModel):
+    """Which tool call, in which step, with which query produced a result (applies to every node it names)."""
+
+    tool: str
+    step: int = 0
+    query: str = ""
+
+
+class ToolErrorDetail(BaseModel):
+    type: str
+    message: str
+    hint: str = ""
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provenance: ToolProvenance
+
+    @property
+    def is_error(self) -> bool:
+        return False
+
+    @property
+    def explicit_edges(self) -> bool:
+        """Whether the result came from following typed edges (SAGE skips expansion after those)."""
+        return False
+
+    def found_keys(self) -> list[str]:
+        """Node keys this result names as findings (not the keys it was asked about), in result order."""
+        return []
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        raise NotImplementedError
+
+
+class SemanticHit(BaseModel):
+    key: str
+    label: str
+    name: str
+    score: float
+    text: str = ""
+
+
+class SemanticHits(_Result):
+    """``semantic_search``: nodes closest in meaning to a description, best first."""
+
+    kind: Literal["semantic_hits"] = "semantic_hits"
+    hits: list[SemanticHit] = Field(default_factory=list)
+
+    def found_keys(self) -> list[str]:
+        return [h.key for h in self.hits]
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        items = [
+            {"key": h.key, "label": h.label, "name": _cut(h.name), "score": h.score, "text": _cut(h.text, 100)}
+            for h in self.hits
+        ]
+        return _fit_json({}, "hits", items, budget_tokens, "ask for fewer (k) or restrict the label")
+
+
+class Neighbor(BaseModel):
+    """One neighbour of the expanded keys, aggregated over every edge that reaches it."""
+
+    key: str
+    label: str
+    name: str
+    seeds: list[str] = Field(description="the expanded keys it is adjacent to")
+    rels: list[str] = Field(description="the relationship types that reach it")
+    paths: int = Field(description="how many edges reach it from the expanded keys")
+    weight: float | None = Field(default=None, description="sum of the configured edge weight property")
+    score: float | None = Field(default=None, description="relevance to the question (cosine), when ranked")
+
+
+class TripleRow(BaseModel):
+    """One raw edge, oriented as stored (only on explicit request)."""
+
+    src: str
+    rel: str
+    dst: str
+    props: dict[str, Any] = Field(default_factory=dict)
+
+
+class Neighborhood(_Result):
+    """``search_nodes``: the one-hop neighbourhood of some keys, one row per neighbour."""
+
+    kind: Literal["neighborhood"] = "neighborhood"
+    keys: list[str] = Field(description="the expanded keys that exist in the graph")
+    rel_types: list[str] | None = None
+    neighbors: list[Neighbor] = Field(default_factory=list)
+    triples: list[TripleRow] = Field(default_factory=list, description="raw edges, only when asked for")
+    truncated: bool = False
+    ranked: bool = False
+    unknown_keys: list[str] = Field(default_factory=list)
+
+    @property
+    def explicit_edges(self) -> bool:
+        return bool(self.neighbors) and bool(self.rel_types)
+
+    def found_keys(self) -> list[str]:
+        return [n.key for n in self.neighbors]
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        items: list[dict[str, Any]] = []
+        for n in self.neighbors:
+            item: dict[str, Any] = {"key": n.key, "label": n.label, "name": _cut(n.name)}
+            item["via"] = n.seeds[:5] + ([f"+{len(n.seeds) - 5}"] if len(n.seeds) > 5 else [])
+            item["rels"] = n.rels
+            item["edges"] = n.paths
+            if n.weight is not None:
+                item["weight"] = round(n.weight, 4)
+            if n.score is not None:
+                item["score"] = n.score
+            items.append(item)
+        head: dict[str, Any] = {"truncated": self.truncated}
+        if self.unknown_keys:
+            head["unknown_keys"] = self.unknown_keys[:10]
+        if self.triples:
+            head["triples"] = [t.model_dump(mode="json", exclude_defaults=True) for t in self.triples]
+        return _fit_json(head, "neighbors", items, budget_tokens, "narrow with rel_types/target_label or lower limit")
+
+    def _weighted(self) -> bool:
+        return any(n.weight is not None for n in self.neighbors)
+
+
+class Rows(_Result):
+    """``cypher``: a read-only query's columns and rows."""
+
+    kind: Literal["rows"] = "rows"
+    columns: list[str] = Field(default_factory=list)
+    rows: list[list[Any]] = Field(default_factory=list)
+    truncated: bool = False
+    typed_edges: bool = Field(default=False, description="the query matched relationships by type")
+
+    @property
+    def explicit_edges(self) -> bool:
+        return self.typed_edges and bool(self.rows)
+
+    def found_keys(self) -> list[str]:
+        found: list[str] = []
+        for row in self.rows:
+            for cell in row:
+                for key in _strings_in(cell):
+                    if key not in found:
+                        found.append(key)
+        return found
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        head = {"columns": self.columns, "truncated": self.truncated}
+        return _fit_json(head, "rows", self.rows, budget_tokens, "add LIMIT or aggregate (count, collect)")
+
+
+class Finish(_Result):
+    """``finish``: the answer keys the planner settled on."""
+
+    kind: Literal["finish"] = "finish"
+    keys: list[str] = Field(default_factory=list)
+    scores: list[float] = Field(default_factory=list)
+    confidence: float | None = None
+    unknown: list[str] = Field(default_factory=list)
+
+    def found_keys(self) -> list[str]:
+        return list(self.keys)
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        head: dict[str, Any] = {"accepted": len(self.keys), "confidence": self.confidence}
+        if self.unknown:
+            head["unknown"] = self.unknown[:10]
+        # the planner chose these keys; echoing the first few confirms them, the artifact holds all
+        return _fit_json(head, "keys", self.keys[:FINISH_ECHO], budget_tokens, "")
+
+
+class ToolError(_Result):
+    """Any tool's failure, with a hint a planner can act on."""
+
+    kind: Literal["error"] = "error"
+    error: ToolErrorDetail
+
+    @property
+    def is_error(self) -> bool:
+        return True
+
+    def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
+        error = self.error.model_dump()
+        text = _compact({"error": error})
+        limit = max(1, budget_tokens) * CHARS_PER_TOKEN
+        if len(text) > limit:  # keep it JSON: shorten the message and hint, not the structure
+            room = max(20, (limit - 80 - len(error["type"])) // 2)
+            error = {**error, "message": _cut(error["message"], room), "hint": _cut(error["hint"], room)}
+            text = _compact({"error": error})
+        return text
+
+
+ToolResult = Annotated[SemanticHits | Neighborhood | Rows | Finish | ToolError, Field(discriminator="kind")]
+RESULT_TYPES: dict[str, type[_Result]] = {
+    "semantic_search": SemanticHits,
+    "search_nodes": Neighborhood,
+    "cypher": Rows,
+    "finish": Finish,
+}
+_ADAPTER: TypeAdapter[SemanticHits | Neighborhood | Rows | Finish | ToolError] = TypeAdapter(ToolResult)
+
+
+def tool_error(tool: str, step: int, query: str, type_: str, message: str, hint: str) -> ToolError:
+    """The one place error results are built."""
+    return ToolError(
+        provenance=ToolProvenance(tool=tool, step=step, query=_cut(query, 500)),
+        error=ToolErrorDetail(type=type_, message=message, hint=hint),
+    )
+
+
+def parse_result(tool: str, value: Any) -> SemanticHits | Neighborhood | Rows | Finish | ToolError | None:
+    """A typed result from whatever a tool handed back or a trace recorded: a model, its dict dump,
+    a legacy dict (tools that still answer with dicts), or JSON text. None when it is none of these."""
+    if isinstance(value, _Result):
+        return value  # type: ignore[return-value]  # one of the union's members
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    data = dict(value)
+    prov = data.get("provenance") if isinstance(data.get("provenance"), Mapping) else {"tool": tool}
+    try:
+        if "kind" in data:
+            return _ADAPTER.validate_python(data)
+        if isinstance(data.get("error"), Mapping):
+            return ToolError(provenance=ToolProvenance.model_validate(prov), error=data["error"])
+        if tool == "cypher" or "rows" in data:
+            query = str(data.get("query") or (prov or {}).get("query") or "")
+            return Rows(
+                provenance=ToolProvenance.model_validate(prov),
+                columns=[str(c) for c in data.get("columns") or []],
+                rows=list(data.get("rows") or []),
+                truncated=bool(data.get("truncated")),
+                typed_edges=bool(data.get("typed_edges", names_relationship_types(query))),
+            )
+    except ValidationError:
+        return None
+    return None
+
+
+def names_relationship_types(cypher: str) -> bool:
+    """Whether a Cypher query matches relationships by type (the guard's tokenizer decides, not a substring)."""
+    if not cypher:
+        return False
+    try:
+        return bool(extract_refs(cypher).rel_types)
+    except CypherValidationError:  # an unterminated string or name: no edges we could count
+        return False
+
+
+def _strings_in(cell: Any) -> list[str]:
+    """Candidate node keys inside a cypher cell: strings, a map's ``key``, list items."""
+    if isinstance(cell, str):
+        return [cell]
+    if isinstance(cell, Mapping):
+        key = cell.get("key")
+        if isinstance(key, str):
+            return [key]
+        return [k for v in cell.values() for k in _strings_in(v)]
+    if isinstance(cell, list):
+        return [k for v in cell for k in _strings_in(v)]
+    return []
+
+
+def tool_output(result: _Result, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> tuple[str, _Result]:
+    """(content, artifact) for ``response_format='content_and_artifact'``: budgeted text and the model."""
+    return clean_text(result.model_text(budget_tokens)), result
+
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "DEFAULT_BUDGET_TOKENS",
+    "RESULT_TYPES",
+    "Finish",
+    "Neighbor",
+    "Neighborhood",
+    "Rows",
+    "SemanticHit",
+    "SemanticHits",
+    "ToolError",
+    "ToolErrorDetail",
+    "ToolProvenance",
+    "ToolResult",
+    "TripleRow",
+    "estimate_tokens",
+    "names_relationship_types",
+    "parse_result",
+    "tool_error",
+    "tool_output",
+]
