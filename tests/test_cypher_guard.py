@@ -10,14 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.path_planner import Hop, walk_query
 from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
+    MAX_PARAM_DEPTH,
     MAX_QUERY_CHARS,
     MAX_RANGE_ELEMENTS,
+    ParameterValueError,
     QueryTooComplexError,
     check_against_schema,
+    check_params,
+    check_query,
     check_read_only,
     check_resources,
     extract_refs,
@@ -253,7 +256,7 @@ def test_range_bounds_from_parameters_are_checked() -> None:
 
 
 def test_range_bound_computed_from_data_is_refused() -> None:
-    with pytest.raises(QueryTooComplexError, match="not a number literal or a \\$parameter"):
+    with pytest.raises(QueryTooComplexError, match="not a number literal or a numeric \\$parameter"):
         check_resources("MATCH (n) WITH count(n) AS c RETURN size(range(1, c * 1000000)) AS n")
 
 
@@ -297,12 +300,6 @@ def test_guard_ok_cases_pass_the_resource_check(case: dict[str, Any]) -> None:
     check_resources(case["query"])
 
 
-def test_generated_path_queries_pass_the_resource_check() -> None:
-    """The path planner's walk queries (the longest Cypher the code writes itself) must never be refused."""
-    hops = [Hop(f"REL_{i}", "out" if i % 2 else "in", f"L{i}") for i in range(6)]
-    check_resources(walk_query("Disease", hops, 50), {"key": "x"})
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="()[]{}-+ NOTCASEWHENTHEN1xrange,reduce|s=", max_size=400))
 def test_resource_check_never_crashes(text: str) -> None:
@@ -310,3 +307,45 @@ def test_resource_check_never_crashes(text: str) -> None:
         check_resources(text)
     except CypherValidationError:
         pass
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"n": 2**63}, r"\$n = 9223372036854775808 does not fit in a signed 64-bit integer"),
+        ({"n": -(2**63) - 1}, r"\$n = .* does not fit"),
+        ({"keys": ["a", ["b", 10**30]]}, r"\$keys\[1\]\[1\] = .* 64-bit"),
+        ({"x": float("nan")}, r"\$x is nan; NaN and infinite"),
+        ({"m": {"score": float("-inf")}}, r"\$m\.score is -inf"),
+        ({"m": {"a b": float("inf")}}, r"\$m\['a b'\] is inf"),
+        ({"s": "ab\x00c"}, r"\$s contains a NUL character \(U\+0000\) at position 2"),
+        ({"m": {"k\x00": 1}}, r"\$m has the map key .* without NUL"),
+        ({"b": b"bytes"}, r"\$b is a bytes"),
+        ({"s": {1, 2}}, r"\$s is a set"),
+    ],
+)
+def test_unsendable_parameter_values_name_their_path(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ParameterValueError, match=message):
+        check_params(params)
+
+
+def test_parameter_nesting_is_bounded_without_recursion() -> None:
+    value: Any = 1
+    for _ in range(100_000):  # far past Python's recursion limit
+        value = {"a": [value]}
+    with pytest.raises(ParameterValueError, match=f"deeper than {MAX_PARAM_DEPTH} levels"):
+        check_params({"x": value})
+    shallow: Any = 1
+    for _ in range(MAX_PARAM_DEPTH):
+        shallow = [shallow]
+    check_params({"x": shallow, "n": 2**63 - 1, "f": 1.5, "t": True, "z": None, "s": "ok"})
+
+
+def test_check_query_runs_every_check() -> None:
+    with pytest.raises(ReadOnlyViolationError):
+        check_query("MATCH (n) DELETE n")
+    with pytest.raises(ParameterValueError):
+        check_query("RETURN $x", {"x": float("nan")})
+    with pytest.raises(QueryTooComplexError):
+        check_query("RETURN " + "-" * 20 + "1")
+    check_query("MATCH (n:Disease {key: $k}) RETURN n.name", {"k": "OMIM:1"})

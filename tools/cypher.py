@@ -25,7 +25,16 @@ from graphs.errors import (
     TooManyRowsError,
 )
 from graphs.model import GraphSchema
-from graphs.store.cypher_guard import check_read_only
+from graphs.store.cypher_guard import (
+    MAX_EXPRESSION_DEPTH,
+    MAX_RANGE_ELEMENTS,
+    ParameterValueError,
+    QueryTooComplexError,
+    check_against_schema,
+    check_params,
+    check_read_only,
+    check_resources,
+)
 from graphs.text_safety import clean_text
 from tools.common import InjectedArgs, error_payload, provenance, schema_of, tool_output, truncate
 
@@ -47,6 +56,11 @@ MAX_CELL_DEPTH = 6
 MAX_RESULT_BYTES = 64_000
 #: Byte cap on the JSON of ``params`` (values are data; a megabyte of them is a mistake or an attack).
 MAX_PARAMS_BYTES = 20_000
+TOO_COMPLEX_HINT = (
+    f"keep expressions shallow (at most {MAX_EXPRESSION_DEPTH} nested brackets/CASE/prefix operators), bound "
+    f"range() by literals or $parameters (at most {MAX_RANGE_ELEMENTS} elements), grow reduce() accumulators "
+    "by one element per step, and split long queries"
+)
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -72,6 +86,10 @@ class CypherArgs(InjectedArgs):
             raise ValueError(
                 f"parameter names must be identifiers (letters, digits, _; not starting with a digit), got {bad[:5]}"
             )
+        try:  # before json.dumps: a 3,000-deep value would raise RecursionError there
+            check_params(params)
+        except ParameterValueError as exc:
+            raise ValueError(str(exc)) from exc
         try:
             size = len(json.dumps(params, ensure_ascii=False).encode("utf-8", "replace"))
         except (TypeError, ValueError) as exc:
@@ -79,6 +97,21 @@ class CypherArgs(InjectedArgs):
         if size > MAX_PARAMS_BYTES:
             raise ValueError(f"params are {size} bytes of JSON; the limit is {MAX_PARAMS_BYTES}")
         return params
+
+
+class CypherTool(StructuredTool):
+    """The cypher tool, with its arguments validated before LangChain's callbacks see them.
+
+    Why: ``BaseTool.run`` renders the raw input with ``str()`` for its callbacks before it
+    validates anything, so a 3,000-deep ``params`` value raised RecursionError instead of an
+    argument error. Validating with CypherArgs first (iteratively, see check_params) turns it
+    into the same pydantic ValidationError any other bad argument gives.
+    """
+
+    def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if isinstance(tool_input, dict) and tool_input.get("params") is not None:
+            CypherArgs.model_validate(tool_input)
+        return super().run(tool_input, *args, **kwargs)
 
 
 def jsonable(value: Any, limit: int = MAX_CELL_CHARS, depth: int = 0) -> Any:
@@ -129,14 +162,6 @@ def schema_hint(schema: GraphSchema, max_props: int = 12) -> str:
     )
 
 
-def _check_schema(query: str, schema: GraphSchema) -> None:
-    try:
-        from graphs.store.cypher_guard import check_against_schema
-    except ImportError:  # the guard module is optional at import time; the store still guards writes
-        return
-    check_against_schema(query, schema)
-
-
 def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: int = 1000) -> BaseTool:
     def run(
         query: str,
@@ -155,8 +180,18 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         except CypherValidationError as exc:  # unterminated string, comment or quoted name
             hint = "fix the Cypher syntax; " + schema_hint(schema)
             return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
+        try:  # direct calls skip the args schema: the same value checks as CypherArgs
+            check_params(params)
+        except ParameterValueError as exc:
+            hint = "pass strings, finite numbers within 64 bits, booleans, null, lists and maps as params"
+            return tool_output(error_payload(NAME, step, query, "invalid_params", str(exc), hint))
+        try:  # before the server parses it: parse time and list/string growth escape the server's limits
+            check_resources(query, params)
+        except QueryTooComplexError as exc:
+            hint = TOO_COMPLEX_HINT
+            return tool_output(error_payload(NAME, step, query, "too_complex", str(exc), hint))
         try:
-            _check_schema(query, schema)
+            check_against_schema(query, schema)
         except CypherValidationError as exc:
             return tool_output(error_payload(NAME, step, query, "unknown_schema", str(exc), schema_hint(schema)))
         try:
@@ -164,6 +199,11 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         except ReadOnlyViolationError as exc:
             hint = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
             return tool_output(error_payload(NAME, step, query, "read_only_violation", str(exc), hint))
+        except QueryTooComplexError as exc:
+            return tool_output(error_payload(NAME, step, query, "too_complex", str(exc), TOO_COMPLEX_HINT))
+        except ParameterValueError as exc:
+            hint = "pass strings, finite numbers within 64 bits, booleans, null, lists and maps as params"
+            return tool_output(error_payload(NAME, step, query, "invalid_params", str(exc), hint))
         except CypherValidationError as exc:
             hint = "fix the Cypher syntax; " + schema_hint(schema)
             return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
@@ -190,6 +230,6 @@ def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: in
         }
         return tool_output(payload)
 
-    return StructuredTool.from_function(
+    return CypherTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact"
     )

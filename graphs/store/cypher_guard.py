@@ -785,7 +785,7 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
             if count is None:
                 raise QueryTooComplexError(
                     f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) has a bound that is not a "
-                    "number literal or a $parameter: the server builds the whole list before any memory check, "
+                    "number literal or a numeric $parameter: the server builds the whole list before any memory check, "
                     f"so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} elements); "
                     "pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
                 )
@@ -804,3 +804,82 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
                     f"({_context(cypher, tok.pos)!r}), which doubles the value each iteration and exhausts "
                     "memory; append a single element per step (acc + x) or use collect()"
                 )
+
+
+def _param_path(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    text = str(key)
+    return f"{path}.{text}" if text.isidentifier() else f"{path}[{text[:40]!r}]"
+
+
+def check_params(params: Mapping[str, Any] | None) -> None:
+    """Raise ParameterValueError, naming the parameter path, for a value the server would not see as sent.
+
+    FalkorDB silently clamps integers beyond 64 bits to INT64_MAX, reports NaN/Infinity as a
+    syntax error in the query, and cuts strings at a NUL character; a very deep value made
+    the Python client raise RecursionError. Each is refused here with the path of the value
+    (``$keys[3]``, ``$filter.name``) so the caller can fix that value. Walks iteratively, so
+    the depth bound itself cannot overflow the stack.
+    """
+    if params is None:
+        return
+    if not isinstance(params, Mapping):
+        raise ParameterValueError(f"params must be a map of name -> value, got {type(params).__name__}")
+    todo: list[tuple[str, Any, int]] = []
+    for name, value in params.items():
+        if not isinstance(name, str) or "\x00" in name:
+            raise ParameterValueError(f"parameter name {name!r} must be a string without NUL characters")
+        todo.append((f"${name}", value, 0))
+    while todo:
+        path, value, depth = todo.pop()
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise ParameterValueError(
+                    f"parameter {path} = {str(value)[:30]}{'...' if len(str(value)) > 30 else ''} does not fit in "
+                    f"a signed 64-bit integer ({INT64_MIN} .. {INT64_MAX}); the server would silently change it: "
+                    "pass a smaller number, or a string if it is an identifier"
+                )
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ParameterValueError(
+                    f"parameter {path} is {value!r}; NaN and infinite numbers (e.g. 1e999) cannot be sent: "
+                    "pass a finite number or null"
+                )
+            continue
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise ParameterValueError(
+                    f"parameter {path} contains a NUL character (U+0000) at position {value.index(chr(0))}; "
+                    "the graph stores text without NUL, so remove it"
+                )
+            continue
+        if isinstance(value, Mapping | list | tuple):
+            if depth >= MAX_PARAM_DEPTH:
+                raise ParameterValueError(
+                    f"parameter {path} nests lists/maps deeper than {MAX_PARAM_DEPTH} levels; flatten the value"
+                )
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    if not isinstance(key, str) or "\x00" in key:
+                        raise ParameterValueError(
+                            f"parameter {path} has the map key {str(key)[:40]!r}; map keys must be strings "
+                            "without NUL characters"
+                        )
+                    todo.append((_param_path(path, key), item, depth + 1))
+            else:
+                todo.extend((_param_path(path, i), item, depth + 1) for i, item in enumerate(value))
+            continue
+        raise ParameterValueError(
+            f"parameter {path} is a {type(value).__name__}; use strings, numbers, booleans, null, lists and maps"
+        )
+
+
+def check_query(cypher: str, params: Mapping[str, Any] | None = None) -> None:
+    """Every static check a model-written query passes before a store runs it: read-only, bounded, sendable."""
+    check_read_only(cypher)
+    check_params(params)
+    check_resources(cypher, params)
