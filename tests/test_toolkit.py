@@ -10,8 +10,10 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
+from agent.config import AgentConfig
 from agent.tracing import LocalTracer
 from graphs.errors import ConfigError
+from tools.results import SemanticHits, estimate_tokens
 from tools.toolkit import SKBToolkit, tool_input_schema
 
 
@@ -31,17 +33,26 @@ def test_tools_in_stable_order_with_model_facing_schemas(tools: dict[str, BaseTo
 
 
 def test_tools_answer_as_a_langchain_agent_would_call_them(tools: dict[str, BaseTool]) -> None:
-    # a tool call (what a LangChain agent sends) returns a ToolMessage carrying JSON text and the dict
+    # a tool call (what a LangChain agent sends) returns a ToolMessage carrying compact JSON text for the
+    # model and the typed result as the artifact
     message = tools["semantic_search"].invoke(
         {"type": "tool_call", "id": "1", "name": "semantic_search", "args": {"text": "aortic root aneurysm", "k": 3}}
     )
     assert isinstance(message, ToolMessage)
-    assert message.artifact["hits"][0]["key"] == "HP:0002616"
-    assert json.loads(message.content)["hits"] == message.artifact["hits"]
-    triples = json.loads(
+    assert isinstance(message.artifact, SemanticHits)
+    assert message.artifact.hits[0].key == "HP:0002616"
+    assert [h["key"] for h in json.loads(message.content)["hits"]] == message.artifact.found_keys()
+    neighbors = json.loads(
         tools["search_nodes"].invoke({"keys": ["OMIM:154700"], "rel_types": ["ASSOCIATED_WITH"], "direction": "both"})
-    )["triples"]
-    assert "FBN1" in {t["src"] for t in triples} | {t["dst"] for t in triples}
+    )["neighbors"]
+    assert "FBN1" in {n["key"] for n in neighbors}
+
+
+def test_toolkit_tools_use_the_configured_budget(hpo_bundle: Any) -> None:
+    toolkit = SKBToolkit(hpo_bundle, agent_config=AgentConfig(tool_output_tokens=100), include_ask=False)
+    tool = {t.name: t for t in toolkit.get_tools()}["semantic_search"]
+    text = tool.invoke({"text": "aortic root aneurysm", "k": 50})
+    assert estimate_tokens(text) <= 100 and json.loads(text)["omitted"] > 0
 
 
 def test_ask_tool_runs_the_whole_agent_and_traces_it(hpo_bundle: Any, tmp_path: Path) -> None:

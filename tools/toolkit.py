@@ -81,7 +81,11 @@ class SKBToolkit(BaseToolkit):
         by_name = {
             t.name: t
             for t in make_tools(
-                self.bundle, cypher_timeout_ms=cfg.cypher_timeout_ms, cypher_max_rows=cfg.cypher_max_rows
+                self.bundle,
+                cypher_timeout_ms=cfg.cypher_timeout_ms,
+                cypher_max_rows=cfg.cypher_max_rows,
+                budget_tokens=cfg.tool_output_tokens,
+                weight_property=cfg.edge_weight_property,
             )
         }
         unknown = [n for n in wanted if n not in by_name]
