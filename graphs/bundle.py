@@ -96,6 +96,7 @@ class IndexBundle:
         skb = load_jsonl(index_dir / "skb")
         hnsw = HNSWIndex.load(index_dir / "hnsw")
         bm25 = BM25Index.load(index_dir / "bm25")
+        _check_artifacts(index_dir, manifest, skb, hnsw, bm25)
         return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store)
 
     # -- lazily opened parts ------------------------------------------------------------
@@ -164,7 +165,8 @@ class IndexBundle:
         if self._similar is None:
             with self._lock:
                 if self._similar is None:
-                    self._similar = _load_similarity(self.index_dir / "sage")
+                    expected = self.manifest.counts.edges.get("IS_SIMILAR", 0)
+                    self._similar = _load_similarity(self.index_dir / "sage", expected)
         return self._similar.get(key, [])
 
     def node(self, key: str) -> Node | None:
@@ -212,6 +214,42 @@ class IndexBundle:
         self.close()
 
 
+def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:
+    """The manifest describes the loaded parts: dimension, HNSW parameters and counts agree.
+
+    Checksums prove the files are the ones the build wrote, but the manifest itself is not
+    checksummed: an edited ``embedder.dim`` or ``counts`` would otherwise pass and mislead every
+    consumer that trusts the manifest (the embedder check, ``skb stats``, the agent's schema)."""
+    from graphs.errors import IndexCorruptError
+    from graphs.manifest import rebuild_hint
+
+    stats = skb.stats()
+    edges = {rel: n for rel, n in manifest.counts.edges.items() if rel != "IS_SIMILAR"}
+    by_label: dict[str, int] = defaultdict(int)
+    for label in hnsw.labels:
+        by_label[label] += 1
+    problems = []
+    if hnsw.dim != manifest.embedder.dim:
+        problems.append(f"embedder.dim is {manifest.embedder.dim} but hnsw/ holds {hnsw.dim}-dimensional vectors")
+    for name in ("M", "ef_construction"):
+        recorded, found = getattr(manifest.hnsw, name), getattr(hnsw.params, name)
+        if recorded != found:
+            problems.append(f"hnsw.{name} is {recorded} but hnsw/ was built with {found}")
+    if stats["nodes"] != manifest.counts.nodes:
+        problems.append(f"counts.nodes is {manifest.counts.nodes} but skb/ holds {stats['nodes']}")
+    if stats["edges"] != edges:
+        problems.append(f"counts.edges is {edges} but skb/ holds {stats['edges']}")
+    if dict(by_label) != stats["nodes"] or len(bm25) != len(skb.nodes):
+        problems.append(
+            f"skb/ holds {len(skb.nodes)} nodes, hnsw/ {len(hnsw)} vectors and bm25/ {len(bm25)} documents"
+        )
+    if problems:
+        raise IndexCorruptError(
+            f"the manifest of {index_dir} does not match the index files: {'; '.join(problems)}; the manifest "
+            f"was edited or mixed with another build -- {rebuild_hint(index_dir)}"
+        )
+
+
 def _check_graph(store: GraphStore, manifest: Manifest, index_dir: Path) -> None:
     """The served graph holds the nodes the manifest records: an empty or foreign graph is an error
     naming the rebuild command, never a store that silently answers nothing. One count query."""
@@ -237,15 +275,26 @@ def _dir_identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _load_similarity(sage_dir: Path) -> dict[str, list[tuple[str, float]]]:
+def _load_similarity(sage_dir: Path, expected: int | None = None) -> dict[str, list[tuple[str, float]]]:
+    """SAGE edges by node; their number must be ``expected`` (the manifest's ``counts.edges.IS_SIMILAR``)."""
+    from graphs.errors import IndexCorruptError
+    from graphs.manifest import rebuild_hint
+
     path = sage_dir / "edges.jsonl.gz"
     table: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    if not path.exists():
-        return {}
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            rec: dict[str, Any] = json.loads(line)
-            a, b, s = str(rec["src"]), str(rec["dst"]), float(rec.get("score", 0.0))
-            table[a].append((b, s))
-            table[b].append((a, s))
+    count = 0
+    if path.exists():
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                rec: dict[str, Any] = json.loads(line)
+                a, b, s = str(rec["src"]), str(rec["dst"]), float(rec.get("score", 0.0))
+                table[a].append((b, s))
+                table[b].append((a, s))
+                count += 1
+    if expected is not None and count != expected:
+        index_dir = sage_dir.parent
+        raise IndexCorruptError(
+            f"the manifest of {index_dir} records counts.edges.IS_SIMILAR = {expected} but sage/ holds {count} "
+            f"similarity edges -- {rebuild_hint(index_dir)}"
+        )
     return dict(table)

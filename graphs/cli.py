@@ -15,6 +15,7 @@ from rich.table import Table
 
 from graphs.errors import SKBError
 from graphs.loaders import DATASETS
+from graphs.model import SKB
 
 console = Console()
 err_console = Console(stderr=True)
@@ -37,11 +38,13 @@ def index_command(
     ] = None,
     similarity_logic: Annotated[str, typer.Option(help="or | and across text fields")] = "or",
     force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
+    trust_pickle: Annotated[
+        bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
     from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
-    from graphs.loaders import load_dataset
 
     try:
         if dataset not in DATASETS:
@@ -63,7 +66,7 @@ def index_command(
             return
         t0 = time.perf_counter()
         with console.status(f"loading dataset {dataset}..."):
-            skb = load_dataset(dataset, data)  # type: ignore[arg-type]
+            skb = _load(dataset, data, trust_pickle)
         load_s = time.perf_counter() - t0
         with Progress(
             TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -101,6 +104,19 @@ def index_command(
     console.print(table)
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
     console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+
+
+def _load(dataset: str, data: Path | None, trust_pickle: bool) -> SKB:
+    """The dataset's SKB; --trust-pickle reaches only the STaRK loader (the one reading pickles)."""
+    from graphs.loaders import load_dataset
+
+    if trust_pickle and dataset != "stark":
+        raise SKBError(f"--trust-pickle applies to --dataset stark only, not {dataset!r}; drop it")
+    if dataset == "stark" and data is not None:
+        from graphs.loaders.stark import load_stark
+
+        return load_stark(data, trust_pickle=trust_pickle)
+    return load_dataset(dataset, data)  # type: ignore[arg-type]
 
 
 def _fingerprint(dataset: str, data: Path | None, config: object) -> str:

@@ -249,3 +249,66 @@ def test_pickled_tensor_is_refused_by_weights_only(tmp_path: Path) -> None:
 def test_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(LoaderError, match="directory not found"):
         load_stark(tmp_path / "nope")
+
+
+# -- issue 15 item 13: pickles run code only with an explicit trust flag ----------------------------------
+class _Planted:
+    """Unpickling this calls open(path, "w"): a stand-in for any code a hostile pickle could run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (str(self.path), "w"))
+
+
+def test_a_pickle_that_would_run_code_is_refused_without_trust_pickle(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    marker = tmp_path / "ran"
+    _pkl(d / "node_info.pkl", {0: {"name": _Planted(marker)}})
+    with pytest.raises(LoaderError) as info:
+        load_stark(d)
+    assert not marker.exists(), "unpickling ran code"
+    message = str(info.value)
+    assert "node_info.pkl" in message and "--trust-pickle" in message and "io.open" in message
+
+
+def test_a_pt_file_is_preferred_over_a_pkl_of_the_same_name(tmp_path: Path) -> None:
+    d = _copy(tmp_path)
+    marker = tmp_path / "ran"
+    torch.save(_pkl_load(d / "node_type_dict.pkl"), d / "node_type_dict.pt")
+    _pkl(d / "node_type_dict.pkl", _Planted(marker))
+    skb = load_stark(d, trust_pickle=True)  # even when pickles are trusted, the .pt is read
+    assert not marker.exists()
+    assert skb.stats() == load_stark(FIXTURE).stats()
+
+
+def test_a_pickle_needing_imports_loads_only_with_trust_pickle(tmp_path: Path) -> None:
+    import numpy as np
+
+    d = _copy(tmp_path)
+    info = _pkl_load(d / "node_info.pkl")
+    info[7]["molecular_weight"] = np.float64(422.91)  # numpy scalars are pickled through numpy's reconstructors
+    _pkl(d / "node_info.pkl", info)
+    with pytest.raises(LoaderError, match=r"--trust-pickle"):
+        load_stark(d)
+    assert load_stark(d, trust_pickle=True).nodes["7"].props["molecular_weight"] == pytest.approx(422.91)
+
+
+def test_skb_index_refuses_untrusted_pickles_and_accepts_the_flag(tmp_path: Path) -> None:
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    d = _copy(tmp_path)
+    info = _pkl_load(d / "node_info.pkl")
+    info[7]["molecular_weight"] = np.float64(422.91)
+    _pkl(d / "node_info.pkl", info)
+    args = ["index", "--dataset", "stark", "--data", str(d), "--index-dir", str(tmp_path / "index"), "--store", "none"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "--trust-pickle" in " ".join(refused.stderr.split())
+    assert not (tmp_path / "index").exists()
+    accepted = CliRunner().invoke(app, [*args, "--trust-pickle"])
+    assert accepted.exit_code == 0, accepted.stderr
+    assert (tmp_path / "index" / "manifest.json").is_file()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -204,3 +205,32 @@ def test_an_altered_graph_is_refused(tiny_data: Path, tmp_path: Path) -> None:
         store.close()
     with pytest.raises(IndexCorruptError, match=r"dump\.rdb"):
         IndexBundle.open(index_dir)
+
+
+# -- item 13: the manifest is validated against the artifacts -------------------------------------------
+def _edit_manifest(index_dir: Path, edit: str) -> None:
+    path = index_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if edit == "dim":
+        manifest["embedder"]["dim"] += 1
+    elif edit == "node-count":
+        manifest["counts"]["nodes"]["Gene"] += 1
+    elif edit == "edge-count":
+        manifest["counts"]["edges"]["IS_A"] -= 1
+    elif edit == "hnsw-M":
+        manifest["hnsw"]["M"] += 2
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [("dim", "embedder.dim"), ("node-count", "counts.nodes"), ("edge-count", "counts.edges"), ("hnsw-M", "hnsw.M")],
+)
+def test_a_manifest_that_disagrees_with_the_artifacts_is_refused(
+    tiny_data: Path, tmp_path: Path, edit: str, needle: str
+) -> None:
+    index_dir = built(tiny_data, tmp_path / "index")
+    _edit_manifest(index_dir, edit)
+    with pytest.raises(IndexCorruptError, match=re.escape(needle)) as info:
+        IndexBundle.open(index_dir)
+    assert "skb index" in str(info.value)

@@ -20,9 +20,12 @@ so Cypher can name them without backticks; the original names are kept in each
 NodeType description. Edges are taken as stored (STaRK makes its graph undirected at
 runtime; PrimeKG already stores both directions).
 
-Security: ``node_info.pkl`` (and ``*.pkl`` type dicts) are read with ``pickle``, which can
-run arbitrary code: only load files from a trusted source (e.g. STaRK's own release).
-Tensors are read with ``torch.load(weights_only=True)``.
+Security: a pickle can run arbitrary code while it loads. By default ``*.pkl`` files are read
+by a data-only unpickler that refuses every import (plain dicts, lists, strings and numbers
+load; anything needing a class or function, numpy scalars included, is refused with a message
+naming it); ``trust_pickle=True`` (``skb index --trust-pickle``) allows full pickle for files
+from a trusted source (e.g. STaRK's own release). Where both ``X.pt`` and ``X.pkl`` exist the
+``.pt`` is read, with ``torch.load(weights_only=True)``, which never runs code.
 """
 
 from __future__ import annotations
@@ -93,8 +96,19 @@ def _simple(value: Any) -> Any:
     return None
 
 
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: every class or function lookup (how a pickle runs code) is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _NeedsImport(f"{module}.{name}")
+
+
+class _NeedsImport(pickle.UnpicklingError):
+    """A pickle wanted to import ``module.name``: only a trusted file may."""
+
+
 def _find(directory: Path, stem: str, required: bool) -> Path | None:
-    for ext in (".pkl", ".pt"):
+    for ext in (".pt", ".pkl"):  # .pt first: torch.load(weights_only=True) never runs code
         path = directory / f"{stem}{ext}"
         if path.is_file():
             return path
@@ -108,14 +122,23 @@ def _find(directory: Path, stem: str, required: bool) -> Path | None:
     return None
 
 
-def _load_any(path: Path) -> Any:
+def _load_any(path: Path, trust_pickle: bool = False) -> Any:
     try:
         if path.suffix == ".pkl":
             with path.open("rb") as fh:
-                return pickle.load(fh)  # trusted source only; see module docstring
+                if trust_pickle:
+                    return pickle.load(fh)  # the caller vouched for the source; see module docstring
+                return _DataOnlyUnpickler(fh).load()
         import torch
 
         return torch.load(path, map_location="cpu", weights_only=True)
+    except _NeedsImport as exc:
+        raise LoaderError(
+            str(path),
+            f"this pickle imports {exc} while loading, and a pickle can run any code that way",
+            fix="if the file comes from a trusted source (e.g. STaRK's release) pass --trust-pickle "
+            "(load_stark(..., trust_pickle=True)), or convert it to a .pt with torch.save",
+        ) from exc
     except Exception as exc:  # pickle/torch raise many unrelated types for corrupt files
         raise LoaderError(str(path), f"cannot read ({type(exc).__name__}: {exc})", fix="re-extract the file") from exc
 
@@ -161,10 +184,12 @@ def load_stark(
     name: str | None = None,
     node_type_dict: Mapping[int, str] | None = None,
     edge_type_dict: Mapping[int, str] | None = None,
+    trust_pickle: bool = False,
 ) -> SKB:
     """Load a STaRK processed directory; type dicts given here override the files.
 
-    ``node_info.pkl`` is unpickled: only pass directories from a trusted source.
+    ``*.pkl`` files are read as plain data unless ``trust_pickle`` (full pickle: it can run code,
+    so only for files from a trusted source); see the module docstring.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -172,7 +197,7 @@ def load_stark(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _load(directory, name, node_type_dict, edge_type_dict)
+        return _load(directory, name, node_type_dict, edge_type_dict, trust_pickle)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -183,12 +208,12 @@ def _load(
     name: str | None,
     node_type_dict: Mapping[int, str] | None,
     edge_type_dict: Mapping[int, str] | None,
+    trust_pickle: bool,
 ) -> SKB:
-    info_path = directory / "node_info.pkl"
-    if not info_path.is_file():
-        raise LoaderError(str(info_path), "file not found", fix="pass STaRK's processed directory")
+    info_path = _find(directory, "node_info", True)
+    assert info_path is not None
     paths = {stem: _find(directory, stem, True) for stem in ("node_types", "edge_index", "edge_types")}
-    node_info = _load_any(info_path)
+    node_info = _load_any(info_path, trust_pickle)
     if not isinstance(node_info, Mapping):
         raise LoaderError(
             str(info_path),
@@ -198,9 +223,9 @@ def _load(
     assert all(p is not None for p in paths.values())
     nt_path, ei_path, et_path = paths["node_types"], paths["edge_index"], paths["edge_types"]
     assert nt_path is not None and ei_path is not None and et_path is not None
-    node_types = _int_list(_load_any(nt_path), nt_path, "node_types", 1)
-    edge_index = _int_list(_load_any(ei_path), ei_path, "edge_index", 2)
-    edge_types = _int_list(_load_any(et_path), et_path, "edge_types", 1)
+    node_types = _int_list(_load_any(nt_path, trust_pickle), nt_path, "node_types", 1)
+    edge_index = _int_list(_load_any(ei_path, trust_pickle), ei_path, "edge_index", 2)
+    edge_types = _int_list(_load_any(et_path, trust_pickle), et_path, "edge_types", 1)
 
     n = len(node_types)
     if len(node_info) != n:
@@ -235,7 +260,7 @@ def _load(
     else:
         ntd_path = _find(directory, "node_type_dict", False)
         if ntd_path is not None:
-            ntd = _type_dict(_load_any(ntd_path), str(ntd_path))
+            ntd = _type_dict(_load_any(ntd_path, trust_pickle), str(ntd_path))
         else:
             ntd = {}
             for nid, tid in enumerate(node_types):
@@ -246,7 +271,7 @@ def _load(
         etd = _type_dict(edge_type_dict, "edge_type_dict argument")
     else:
         etd_path = _find(directory, "edge_type_dict", bool(edge_types))
-        etd = _type_dict(_load_any(etd_path), str(etd_path)) if etd_path is not None else {}
+        etd = _type_dict(_load_any(etd_path, trust_pickle), str(etd_path)) if etd_path is not None else {}
 
     labels: dict[int, str] = {}
     for tid, raw in sorted(ntd.items()):
