@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from agent import AgentConfig, ask
 from graphs.bundle import IndexBundle
 from graphs.errors import ConfigError, StoreUnavailableError
+from graphs.store.falkordb_server import FalkorDBServer
 from graphs.store.falkordb_store import FalkorDBStore
 from graphs.store.neo4j_store import Neo4jStore
 from tests.reliability_support import copy_index, falkordb_children, within
@@ -64,17 +64,17 @@ def test_killed_between_calls_restarts_on_the_next_search_nodes(private: IndexBu
     assert len(falkordb_children()) == baseline
 
 
-def _wait_for_running_query(port: int, deadline_s: float = 30.0) -> None:
-    """Block until the server reports a client executing GRAPH.RO_QUERY."""
-    conn = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+def _wait_for_running_query(server: FalkorDBServer, deadline_s: float = 30.0) -> None:
+    """Block until the server reports a query in flight (GRAPH.INFO RunningQueries)."""
+    conn = server.connection()
     try:
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
-            clients = conn.client_list()
-            if any(str(c.get("cmd", "")).lower() == "graph.ro_query" for c in clients):
+            _header, running = conn.execute_command("GRAPH.INFO", "RunningQueries")
+            if running:
                 return
             time.sleep(0.01)
-        raise AssertionError("the long query never showed up in CLIENT LIST")
+        raise AssertionError("the long query never showed up in GRAPH.INFO RunningQueries")
     finally:
         conn.close()
 
@@ -91,7 +91,7 @@ def test_killed_mid_query_gives_a_clear_error_then_recovers(private: IndexBundle
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    _wait_for_running_query(server.port)
+    _wait_for_running_query(server)
     server.kill()
     worker.join(60)
     assert not worker.is_alive(), "the cypher tool hung after its server died"

