@@ -178,6 +178,7 @@ class AgentMethod:
             prompt_tokens=int(result.prompt_tokens),
             completion_tokens=int(result.completion_tokens),
             tool_calls=int(result.tool_calls),
+            tool_output_tokens=int(result.tool_output_tokens),
         )
 
 

@@ -21,6 +21,8 @@ class Retrieval(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
+    tool_output_tokens: int = 0
+    """chars/4 of the tool results' model-facing text (what an LLM planner would read)."""
 
 
 @runtime_checkable

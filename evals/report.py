@@ -139,6 +139,7 @@ def summarize(
         "llm_calls_total": sum(r.llm_calls for r in results),
         "tokens_total": sum(tokens),
         "tool_calls_total": sum(r.tool_calls for r in results),
+        "tool_output_tokens_median": _median(r.tool_output_tokens for r in results),
     }
     errors = [r for r in results if r.error]
     unknown = [r for r in results if r.unknown_answers]
@@ -160,6 +161,14 @@ def summarize(
 def _mean(values: Iterable[float]) -> float:
     data = list(values)
     return sum(data) / len(data) if data else float("nan")
+
+
+def _median(values: Iterable[float]) -> float:
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    mid = len(data) // 2
+    return float(data[mid]) if len(data) % 2 else (data[mid - 1] + data[mid]) / 2
 
 
 def _clean(value: Any) -> Any:
@@ -283,14 +292,15 @@ def render_markdown(metrics: Mapping[str, Any]) -> str:
 
     lines += ["", "## Overall", ""]
     header = ["method", "n", *(METRIC_LABELS[m] for m in HEADLINE_METRICS), "p50 ms", "p95 ms", "LLM calls/q",
-              "tokens/q", "tool calls/q", "errors"]
+              "tokens/q", "tool calls/q", "tool-output tokens/q (median)", "errors"]
     rows = []
     for name, m in methods.items():
         total = m["latency_ms"].get("total", {})
         cost = m["cost"]
         rows.append([f"`{name}`", str(m["n"]), *(_fmt(m["overall"].get(k)) for k in HEADLINE_METRICS),
                      _ms_fmt(total.get("p50")), _ms_fmt(total.get("p95")), _num(cost["llm_calls_mean"], 2),
-                     _num(cost["tokens_mean"], 0), _num(cost["tool_calls_mean"], 2), str(m["errors"])])
+                     _num(cost["tokens_mean"], 0), _num(cost["tool_calls_mean"], 2),
+                     _num(cost.get("tool_output_tokens_median"), 0), str(m["errors"])])
     lines += _table(header, rows)
 
     if any(m["questions_all_answers_unknown"] for m in methods.values()):

@@ -55,6 +55,7 @@ class QuestionResult(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
+    tool_output_tokens: int = 0
     error: str | None = None
 
     @property
@@ -114,6 +115,7 @@ def score_question(
         prompt_tokens=0 if retrieval is None else retrieval.prompt_tokens,
         completion_tokens=0 if retrieval is None else retrieval.completion_tokens,
         tool_calls=0 if retrieval is None else retrieval.tool_calls,
+        tool_output_tokens=0 if retrieval is None else retrieval.tool_output_tokens,
         error=error,
     )
 
