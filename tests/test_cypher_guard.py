@@ -241,7 +241,8 @@ def test_long_query_text_is_refused() -> None:
         "RETURN size(range(1, 1000*1000*1000)) AS n",
         "RETURN size(range(-5, 10^9)) AS n",
         "RETURN size(RANGE(1, 1e9)) AS n",
-        "UNWIND range(1, 1000) AS a RETURN size([b IN range(1, 1000) | b]) AS n",  # nested: the counts multiply
+        "RETURN size([a IN range(1, 1000) | [b IN range(1, 1000) | b]]) AS n",  # nested: the counts multiply
+        "UNWIND range(1, 400000000) AS x RETURN count(x)",  # UNWIND materialises its list first
     ],
 )
 def test_large_literal_ranges_are_refused(query: str) -> None:
@@ -282,6 +283,7 @@ def test_reduce_that_doubles_its_accumulator_is_refused(query: str) -> None:
         "RETURN reduce(acc = [], x IN [1, 1, 2] | CASE WHEN x IN acc THEN acc ELSE acc + x END) AS uniq",
         "RETURN reduce(s = '', x IN ['a', 'b'] | s + x + ', ') AS joined",
         "UNWIND range(0, 9) AS i RETURN i",
+        "UNWIND range(1, 3000) AS x UNWIND range(1, 3000) AS y RETURN count(*)",  # streamed rows: timeout-bound
         "RETURN range(10, 1, -1) AS r",
         "MATCH (a:Disease)--(b)--(c)<-[:HAS_PHENOTYPE]-(d) WHERE NOT a.key = 'x' AND -a.n < -1 RETURN a.key",
         (

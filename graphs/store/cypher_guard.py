@@ -537,8 +537,9 @@ One depth-12 chain costs about 2**13; a flat 4,000-character query a few thousan
 many moderately deep sub-expressions in one query (300 copies of a depth-11 chain parsed for 10 s)."""
 
 MAX_RANGE_ELEMENTS = 100_000
-"""Most elements the range() calls of one query may produce together (their product: nested
-ranges multiply)."""
+"""Most elements one range() call may produce, and the bound on the product of the sizes of all
+range() calls inside expressions (nested comprehensions multiply); UNWIND range(...) streams its
+rows, so it is bounded alone (the server timeout bounds the rows)."""
 
 MAX_PARAM_DEPTH = 32
 """Deepest nesting of lists and maps in a query parameter value."""
@@ -789,11 +790,15 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
                     f"so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} elements); "
                     "pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
                 )
-            total *= max(count, 1.0)
-            if total > MAX_RANGE_ELEMENTS:
+            streamed = prev is not None and prev.kind == "word" and prev.text.upper() == "UNWIND"
+            # UNWIND streams its rows (time-bound by the server timeout); ranges inside expressions can
+            # nest in comprehensions and are materialised together, so their sizes multiply
+            total *= 1.0 if streamed else max(count, 1.0)
+            if max(total, count) > MAX_RANGE_ELEMENTS:
                 raise QueryTooComplexError(
                     f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) makes the query's ranges "
-                    f"produce {total:.3g} elements (their product); the limit is {MAX_RANGE_ELEMENTS}: "
+                    f"produce {max(total, count):.3g} elements (nested ranges multiply); the limit is "
+                    f"{MAX_RANGE_ELEMENTS}: "
                     "use smaller bounds or filter with WHERE instead of enumerating numbers"
                 )
         elif lowered == "reduce":

@@ -28,7 +28,7 @@ from graphs.errors import (
 )
 from graphs.model import SKB, GraphSchema
 from graphs.store.base import GraphStore, ProgressFn, QueryResult, Triple
-from graphs.store.cypher_guard import check_read_only
+from graphs.store.cypher_guard import check_query
 from graphs.store.falkordb_server import HOST, QUERY_MEM_CAPACITY, RESULTSET_SIZE, FalkorDBServer
 from graphs.store.props import (
     batched,
@@ -67,6 +67,16 @@ def _to_plain(value: Any) -> Any:
 
 _KEY_LABEL_CACHE_MAX = 1_000_000
 
+QUERY_GRACE_S = 3.0
+"""Seconds a model query may run past its own timeout before the client stops waiting for it.
+
+FalkorDB starts its timeout after parsing and checks it between records only, so a query can hold
+a server thread longer than its limit; the caller gets QueryTimeoutError after timeout + grace
+instead of waiting up to timeout_max (10 min)."""
+
+_TOOL_POOLS_MAX = 4
+"""Distinct model-query timeouts that keep their own connection pool (the tool uses one or two)."""
+
 
 class FalkorDBStore(GraphStore):
     """GraphStore over the embedded FalkorDB server; restarts the child if it died."""
@@ -96,6 +106,12 @@ class FalkorDBStore(GraphStore):
         self._rels: list[str] | None = None
         self._key_labels: dict[str, str] = {}
         self._lock = threading.RLock()
+        # Model-written queries (query()) get their own connection pools, whose socket timeout is
+        # the query's timeout plus QUERY_GRACE_S, and at most thread_count - 1 of them run at once,
+        # so the planner's keyed lookups (neighbors, schema) always find a free server thread.
+        self._tool_dbs: dict[int, FalkorDB] = {}
+        self.max_concurrent_queries = max(1, self.server.thread_count - 1)
+        self._query_slots = threading.BoundedSemaphore(self.max_concurrent_queries)
         self.server.start()
         self._connect()
 
@@ -104,8 +120,27 @@ class FalkorDBStore(GraphStore):
         if self._db is not None:
             with contextlib.suppress(Exception):
                 self._db.connection.close()
+        self._close_tool_pools()
         self._db = self.server.client(socket_timeout=self.server.timeout_max_ms / 1000 + 30)
         self._connected_port = self.server.port
+
+    def _close_tool_pools(self) -> None:
+        for db in self._tool_dbs.values():
+            with contextlib.suppress(Exception):
+                db.connection.close()
+        self._tool_dbs.clear()
+
+    def _tool_graph(self, timeout_ms: int) -> Any:
+        """The graph handle on the model-query pool for this timeout (socket timeout = timeout + grace)."""
+        with self._lock:
+            self._graph()  # (re)start and (re)connect first: a new port drops the old pools
+            db = self._tool_dbs.get(timeout_ms)
+            if db is None:
+                if len(self._tool_dbs) >= _TOOL_POOLS_MAX:
+                    self._close_tool_pools()
+                db = self.server.client(socket_timeout=timeout_ms / 1000 + QUERY_GRACE_S)
+                self._tool_dbs[timeout_ms] = db
+            return db.select_graph(self.graph_name)
 
     def _graph(self) -> Any:
         """The graph handle, after making sure the server is up (restarting it if allowed)."""
@@ -129,13 +164,23 @@ class FalkorDBStore(GraphStore):
             f"the next call restarts it; if this persists see {self.server.log_path}"
         )
 
-    def _run(self, cypher: str, params: dict[str, Any] | None, *, read_only: bool, timeout_ms: int) -> Any:
-        graph = self._graph()
+    def _run(
+        self, cypher: str, params: dict[str, Any] | None, *, read_only: bool, timeout_ms: int, model: bool = False
+    ) -> Any:
+        graph = self._tool_graph(timeout_ms) if model else self._graph()
         try:
             if read_only:
                 return graph.ro_query(cypher, params, timeout=int(timeout_ms))
             return graph.query(cypher, params, timeout=int(timeout_ms))
-        except (redis.ConnectionError, redis.TimeoutError, ConnectionError) as exc:
+        except redis.TimeoutError as exc:
+            if not model:
+                raise self._unavailable(exc) from exc
+            raise QueryTimeoutError(
+                f"no answer from FalkorDB within {timeout_ms / 1000 + QUERY_GRACE_S:.0f} s (the query's "
+                f"{timeout_ms} ms limit plus {QUERY_GRACE_S:.0f} s), so the client stopped waiting; anchor it on an "
+                "indexed key (n:Label {key: ...}), add a LIMIT, or simplify its expressions"
+            ) from exc
+        except (redis.ConnectionError, ConnectionError) as exc:
             raise self._unavailable(exc) from exc
         except redis.ResponseError as exc:
             raise self._map_response_error(exc, cypher, timeout_ms) from exc
@@ -230,13 +275,21 @@ class FalkorDBStore(GraphStore):
         timeout_ms: int | None = None,
         max_rows: int | None = None,
     ) -> QueryResult:
-        check_read_only(cypher)
+        check_query(cypher, params)
         timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
         if timeout <= 0 or timeout > self.server.timeout_max_ms:
             raise CypherValidationError(f"timeout_ms must be between 1 and {self.server.timeout_max_ms}, got {timeout}")
         cap = int(max_rows if max_rows is not None else self.default_max_rows)
         started = time.perf_counter()
-        result = self._run(cypher, params or {}, read_only=True, timeout_ms=timeout)
+        if not self._query_slots.acquire(timeout=timeout / 1000):
+            raise QueryTimeoutError(
+                f"{self.max_concurrent_queries} Cypher queries were already running on this store for "
+                f"{timeout} ms (one server thread stays free for keyed lookups); retry later or simplify them"
+            )
+        try:
+            result = self._run(cypher, params or {}, read_only=True, timeout_ms=timeout, model=True)
+        finally:
+            self._query_slots.release()
         elapsed = (time.perf_counter() - started) * 1000
         columns = [str(h[1]) for h in (result.header or [])]
         rows = result.result_set or []
@@ -384,5 +437,6 @@ class FalkorDBStore(GraphStore):
                 with contextlib.suppress(Exception):
                     self._db.connection.close()
                 self._db = None
+            self._close_tool_pools()
             if self._own_server:
                 self.server.stop()
