@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-all install lint typecheck bench clean
+.PHONY: demo test test-all install lint typecheck bench clean metaqa metaqa-bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,15 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/skb eval --bench ../shared/bench/hpo_cases_dev.csv --index-dir $(INDEX_DIR) --method bm25 --method vss --method hybrid --method agent --method agent+sage --out runs/hpo-dev
+
+METAQA ?= ../shared/metaqa
+
+# MetaQA (WikiMovies KB; Zhang et al., AAAI 2018; CC BY 3.0): the triples loader with the shipped profile
+metaqa: $(STAMP)
+	$(BIN)/skb index --dataset metaqa --data $(METAQA)/kb.txt --index-dir .skb/metaqa
+
+metaqa-bench: metaqa
+	$(BIN)/skb eval --bench $(METAQA)/metaqa_dev.csv --index-dir .skb/metaqa --method agent --out runs/metaqa-dev
 
 clean:
 	rm -rf .skb runs

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
 
 if TYPE_CHECKING:
@@ -47,10 +48,12 @@ class LinkedEntity(BaseModel):
 # -- normalisation ---------------------------------------------------------------------
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
 _ACRONYM = re.compile(r"^[A-Z0-9][A-Z0-9-]{0,9}$")
 
 #: Words that frame a question rather than name an entity (any domain). Label names of the
-#: schema and their plurals are added per SKB.
+#: schema and their plurals are added per SKB, and so are the domain profile's ``linking.frame_words``
+#: (e.g. the clinical frame "patient", "proband", "newborn" lives in the HPO profile).
 FRAME_WORDS = frozenset(
     """
     a an the of in on at by for to from with without and or nor but not no is are was were be been being
@@ -59,22 +62,9 @@ FRAME_WORDS = frozenset(
     she it i am most more less least likely likeliest probable probably possible possibly best one ones any
     some all each every other such same also only very well just about into onto than then as so if
     find identify name list show give tell suggest explain explains explained cause causes caused causing
-    underlie underlies underlying responsible implicated involved associated association linked related
-    characterized characterised characterizing characterised featuring features feature featured include
-    includes including included present presents presenting presented presentation exhibit exhibits
-    exhibiting manifest manifests manifesting displays display showing shows shown having suffer suffers
-    suffering affected affecting affects known look looking seen see observe observed note noted report
-    reported describe described diagnosis diagnose diagnosed diagnostic differential candidate candidates
-    patient patients person individual individuals child children boy girl man woman adult infant
-    newborn baby family families proband case cases kid subject subjects people clinical clinically
-    finding findings sign signs symptom symptoms phenotype phenotypes trait traits abnormality
-    condition conditions disease diseases disorder disorders syndrome syndromes illness entity rare
-    gene genes variant variants mutation mutations mutated allele alleles genetic genetics culprit
     drug drugs medication medications medicine medicines treatment treatments product products item items
     paper papers article articles publication publications
     following combination together plus along alongside both either
-    son daughter brother sister mother father parent parents sibling siblings toddler teenager teen
-    year years month months week weeks day days old age aged since birth born now currently
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
@@ -166,7 +156,7 @@ def _label_words(label: str) -> set[str]:
 
 def build_lexicon(skb: SKB) -> Lexicon:
     table: dict[tuple[str, ...], list[_Entry]] = defaultdict(list)
-    frame = set(FRAME_WORDS)
+    frame = set(FRAME_WORDS) | {w.lower() for w in profile_for(skb).linking.frame_words}
     for label in skb.node_types:
         frame |= _label_words(label)
     frame = {stem(w) for w in frame} | frame
@@ -254,11 +244,42 @@ class EntityLinker:
         self.use_embedding = use_embedding and getattr(bundle, "hnsw", None) is not None
         self.embedding_candidates = embedding_candidates
         self._phrase_vecs: dict[str, np.ndarray] = {}
+        self._names: dict[str, list[str]] | None = None
 
     # -- public ------------------------------------------------------------------------
     def link(self, question: str, max_entities: int = 20, *, exclude_labels: Sequence[str] = ()) -> list[LinkedEntity]:
         """Entities mentioned in the question, in order of mention; ``exclude_labels`` only
-        restricts the fuzzy/embedding fallbacks (exact mentions of any label are kept)."""
+        restricts the fuzzy/embedding fallbacks (exact mentions of any label are kept).
+
+        A bracketed mention (``who directed [The Lost World]``, the benchmark convention for the
+        topic entity) is linked alone: a node whose name is exactly the bracket text wins
+        (case-sensitive, so ``Up`` and ``up`` stay apart), else the bracket text goes through the
+        usual stages. Without brackets the whole question is linked as before.
+        """
+        match = _BRACKET.search(question)
+        if match is not None and match.group(1).strip():
+            found = self._link_bracket(match.group(1).strip(), max_entities, exclude_labels)
+            if found:
+                return found
+        return self._link_text(question, max_entities, exclude_labels)
+
+    def _link_bracket(self, mention: str, max_entities: int, exclude: Sequence[str]) -> list[LinkedEntity]:
+        exact = [key for key in self._by_name().get(mention, ()) if key in self.skb.nodes]
+        if exact:
+            return [self._entity(key, mention, 1.0, "exact") for key in exact][:max_entities]
+        found = self._link_text(mention, max_entities, exclude)
+        return [ent.model_copy(update={"mention": mention}) for ent in found]
+
+    def _by_name(self) -> dict[str, list[str]]:
+        """Exact display name -> keys (built on first bracketed question)."""
+        if self._names is None:
+            table: dict[str, list[str]] = defaultdict(list)
+            for node in self.skb.nodes.values():
+                table[node.name].append(node.key)
+            self._names = dict(table)
+        return self._names
+
+    def _link_text(self, question: str, max_entities: int, exclude_labels: Sequence[str]) -> list[LinkedEntity]:
         tokens = _tokenise(question)
         out: list[LinkedEntity] = []
         claimed = [False] * len(tokens)

