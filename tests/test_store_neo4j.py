@@ -216,3 +216,16 @@ def test_labels_fall_back_to_match_when_db_labels_is_missing(
     finally:
         monkeypatch.undo()
         store._invalidate()
+
+
+def test_search_nodes_aggregation_query_runs_over_bolt(store: Neo4jStore) -> None:
+    """The same aggregation text search_nodes sends to FalkorDB, over Bolt: same rows, same order."""
+    from tests.test_search_aggregation import CASES, expected, normalised, run
+
+    for label, keys, rels, direction, target in CASES:
+        rows = run(store, label, keys, rels, direction, target)
+        assert normalised(rows) == expected(tiny_skb(), keys, rels, direction, target), (label, keys, direction)
+    limited = run(store, "Disease", ["OMIM:1", "OMIM:2"], None, "out", None, limit=2)
+    assert [r[0] for r in limited] == ["SCN1A", "CACNA1A"]
+    weighted = run(store, "Gene", ["SCN1A"], None, "both", None, weight="score")
+    assert [(r[0], r[5]) for r in weighted] == [("OMIM:1", 0.0)]
