@@ -537,9 +537,12 @@ One depth-12 chain costs about 2**13; a flat 4,000-character query a few thousan
 many moderately deep sub-expressions in one query (300 copies of a depth-11 chain parsed for 10 s)."""
 
 MAX_RANGE_ELEMENTS = 100_000
-"""Most elements one range() call may produce, and the bound on the product of the sizes of all
-range() calls inside expressions (nested comprehensions multiply); UNWIND range(...) streams its
-rows, so it is bounded alone (the server timeout bounds the rows)."""
+"""Most elements one range() call may produce (100,000 integers are about 1.6 MB on the server)."""
+
+MAX_RANGE_TOTAL = 1_000_000
+"""Most elements all range() calls of one query may produce together. Ranges cannot multiply
+inside one expression because nested iteration is refused; UNWIND range() x UNWIND range()
+multiplies rows, which stream and are bounded by the server timeout."""
 
 MAX_PARAM_DEPTH = 32
 """Deepest nesting of lists and maps in a query parameter value."""
@@ -797,7 +800,8 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
 
     Checks, in order: text length, expression nesting depth and estimated parse cost (see
     MAX_EXPRESSION_DEPTH, MAX_PARSE_COST), range() calls (their element counts must be constant
-    and multiply to at most MAX_RANGE_ELEMENTS), and reduce() bodies that double their accumulator.
+    and at most MAX_RANGE_ELEMENTS each, MAX_RANGE_TOTAL together), nested list iteration inside
+    one expression, and reduce() bodies that double their accumulator.
     """
     if not isinstance(cypher, str):
         raise CypherValidationError(f"query must be a string, got {type(cypher).__name__}")
@@ -828,7 +832,7 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
             "timeout and memory cap do not apply; make the outer loop rows instead (UNWIND list AS x, "
             "then iterate once per row)"
         )
-    total = 1.0
+    total = 0.0
     for idx, tok in enumerate(tokens):
         if tok.kind != "word" or _is_name_position(tokens, idx):
             continue
@@ -849,16 +853,13 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
                     f"so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} elements); "
                     "pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
                 )
-            streamed = prev is not None and prev.kind == "word" and prev.text.upper() == "UNWIND"
-            # UNWIND streams its rows (time-bound by the server timeout); ranges inside expressions can
-            # nest in comprehensions and are materialised together, so their sizes multiply
-            total *= 1.0 if streamed else max(count, 1.0)
-            if max(total, count) > MAX_RANGE_ELEMENTS:
+            total += count
+            if count > MAX_RANGE_ELEMENTS or total > MAX_RANGE_TOTAL:
                 raise QueryTooComplexError(
-                    f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) makes the query's ranges "
-                    f"produce {max(total, count):.3g} elements (nested ranges multiply); the limit is "
-                    f"{MAX_RANGE_ELEMENTS}: "
-                    "use smaller bounds or filter with WHERE instead of enumerating numbers"
+                    f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) produces {count:.3g} elements "
+                    f"({total:.3g} for the query's ranges together); the limit is {MAX_RANGE_ELEMENTS} per "
+                    f"range() and {MAX_RANGE_TOTAL} per query: use smaller bounds or filter with WHERE "
+                    "instead of enumerating numbers"
                 )
         elif lowered == "reduce":
             acc = _reduce_growth(tokens, idx + 1)
