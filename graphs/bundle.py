@@ -7,10 +7,13 @@ shared across questions and threads.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -38,7 +41,16 @@ class SearchHit(BaseModel):
 
 
 class IndexBundle:
-    """Open with `IndexBundle.open(dir)`; thread-safe for concurrent reads."""
+    """Open with `IndexBundle.open(dir)`; thread-safe for concurrent reads.
+
+    A rebuild swaps a new index into place while processes (an MCP server, a notebook) hold the old
+    one open. Every access to ``manifest``, ``skb``, ``hnsw``, ``bm25``, ``store`` and ``embedder``
+    first compares the manifest file's identity (one ``stat``) with the one loaded; when a rebuild
+    replaced it (a new ``generation``), all parts are reloaded together and the derived caches and
+    the store connection dropped, so no call mixes the new graph with the old SKB or vectors. If the
+    new index cannot be opened, every access raises its error (naming the rebuild command) rather
+    than serving the old parts beside the new graph.
+    """
 
     def __init__(
         self,
@@ -48,19 +60,81 @@ class IndexBundle:
         hnsw: HNSWIndex,
         bm25: BM25Index,
         store_kind: str | None = None,
+        *,
+        stamp: tuple[int, ...] | None = None,
+        verify: bool = True,
     ) -> None:
         self.index_dir = index_dir
-        self.manifest = manifest
-        self.skb = skb
-        self.hnsw = hnsw
-        self.bm25 = bm25
+        self._parts = _Parts(manifest, skb, hnsw, bm25, stamp if stamp is not None else _manifest_stamp(index_dir))
+        self._store_arg = store_kind
+        self._verify = verify
         self.store_kind = store_kind or str(manifest.extra.get("store", "falkordb"))
+        self.reloads = 0
+        """How many times a rebuild was detected and the parts reloaded."""
         self._embedder: Embedder | None = None
         self._store: GraphStore | None = None
         self._lock = threading.RLock()
         self._lexicon: dict[str, list[str]] | None = None
         self._similar: dict[str, list[tuple[str, float]]] | None = None
         self._schema: GraphSchema | None = None
+
+    # -- the parts of the current build ----------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        return self._current().manifest
+
+    @property
+    def skb(self) -> SKB:
+        return self._current().skb
+
+    @property
+    def hnsw(self) -> HNSWIndex:
+        return self._current().hnsw
+
+    @property
+    def bm25(self) -> BM25Index:
+        return self._current().bm25
+
+    def _current(self) -> _Parts:
+        parts = self._parts
+        if _manifest_stamp(self.index_dir) == parts.stamp:
+            return parts
+        return self._reload(parts)
+
+    def _reload(self, seen: _Parts) -> _Parts:
+        """Follow a rebuild: all parts of the new build at once, or its error on every access."""
+        from graphs.errors import IndexNotFoundError
+        from graphs.manifest import Manifest, rebuild_hint
+
+        with self._lock:
+            if self._parts is not seen:
+                return self._parts  # another thread reloaded meanwhile
+            stamp = _manifest_stamp(self.index_dir)
+            if stamp == seen.stamp:
+                return seen
+            if stamp is None:
+                raise IndexNotFoundError(
+                    f"the index at {self.index_dir} was removed while this process served it -- "
+                    f"{rebuild_hint(self.index_dir)}, then retry"
+                )
+            manifest = Manifest.read(self.index_dir)
+            if manifest.generation and manifest.generation == seen.manifest.generation:
+                self._parts = _Parts(seen.manifest, seen.skb, seen.hnsw, seen.bm25, stamp)  # same build, touched
+                return self._parts
+            fresh = type(self).open(self.index_dir, store=self._store_arg, verify=self._verify)
+            old_store, old_model = self._store, seen.manifest.embedder_model
+            self._parts = fresh._parts
+            self.store_kind = fresh.store_kind
+            self._store = None
+            self._lexicon = self._similar = None
+            self._schema = None
+            if self._embedder is not None and fresh._parts.manifest.embedder_model != old_model:
+                self._embedder = None
+            self.reloads += 1
+            if old_store is not None:
+                with contextlib.suppress(Exception):  # its server was stopped by the rebuild already
+                    old_store.close()
+            return self._parts
 
     @classmethod
     def open(cls, index_dir: Path | str, *, store: str | None = None, verify: bool = True) -> IndexBundle:
@@ -90,6 +164,7 @@ class IndexBundle:
                 f"no index at {index_dir} (manifest.json missing); build one with "
                 f"`skb index --dataset hpo --index-dir {index_dir}`"
             )
+        stamp = _manifest_stamp(index_dir)  # before reading: a swap after this is seen on the next access
         manifest = Manifest.read(index_dir)
         if verify:
             manifest.verify(index_dir)
@@ -97,11 +172,12 @@ class IndexBundle:
         hnsw = HNSWIndex.load(index_dir / "hnsw")
         bm25 = BM25Index.load(index_dir / "bm25")
         _check_artifacts(index_dir, manifest, skb, hnsw, bm25)
-        return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store)
+        return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store, stamp=stamp, verify=verify)
 
     # -- lazily opened parts ------------------------------------------------------------
     @property
     def embedder(self) -> Embedder:
+        self._current()
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
@@ -121,6 +197,7 @@ class IndexBundle:
 
     @property
     def store(self) -> GraphStore:
+        self._current()
         if self._store is None:
             with self._lock:
                 if self._store is None:
@@ -264,6 +341,26 @@ def _check_graph(store: GraphStore, manifest: Manifest, index_dir: Path) -> None
             f"the graph store of {index_dir} holds {found} nodes but the manifest records {expected}; the graph "
             f"data is missing or does not belong to this index -- {rebuild_hint(index_dir)}"
         )
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What one build wrote, loaded: replaced as a whole when a rebuild is detected."""
+
+    manifest: Manifest
+    skb: SKB
+    hnsw: HNSWIndex
+    bm25: BM25Index
+    stamp: tuple[int, ...] | None
+
+
+def _manifest_stamp(index_dir: Path) -> tuple[int, ...] | None:
+    """Identity of the manifest file (device, inode, mtime, size); a rebuild's swap changes it. None: no manifest."""
+    try:
+        st = os.stat(os.path.join(index_dir, "manifest.json"))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _dir_identity(path: Path) -> tuple[int, int] | None:

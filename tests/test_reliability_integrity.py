@@ -146,7 +146,7 @@ def test_readers_keep_working_while_a_rebuild_swaps_the_index(
     baseline = len(falkordb_children())
     live = IndexBundle.open(index_dir)
     search_nodes = {t.name: t for t in make_tools(live)}["search_nodes"]
-    assert json.loads(search_nodes.invoke({"keys": ["OMIM:101200"]}))["triples"]
+    assert json.loads(search_nodes.invoke({"keys": ["OMIM:101200"]}))["neighbors"]
     stop = threading.Event()
     errors: list[str] = []
     counts = {"search": 0, "expand": 0, "open": 0}
@@ -162,7 +162,7 @@ def test_readers_keep_working_while_a_rebuild_swaps_the_index(
                 assert "Apert" in live.search("Apert syndrome", mode="hybrid")[0].name
                 note("search")
                 out = json.loads(search_nodes.invoke({"keys": ["OMIM:101200"], "question": "skull"}))
-                assert out.get("triples"), out
+                assert out.get("neighbors"), out
                 note("expand")
             except Exception as exc:  # noqa: BLE001 - collected and reported below
                 errors.append(f"live reader: {type(exc).__name__}: {exc}")
@@ -193,6 +193,7 @@ def test_readers_keep_working_while_a_rebuild_swaps_the_index(
     assert all(counts[k] > seen[k] + 1 for k in counts), counts  # readers ran before and after the swap
     with IndexBundle.open(index_dir) as fresh:
         assert fresh.manifest.dataset == "rebuilt"
+    assert live.manifest.dataset == "rebuilt" and live.reloads == 1  # the live bundle followed the rebuild once
     # the live bundle's store now serves the new graph (its old server was stopped by the swap)
     assert live.store.count_nodes() == len(hpo_mini_skb.nodes)
     live.close()

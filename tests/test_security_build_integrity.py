@@ -23,7 +23,9 @@ from agent.cli import app
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
 from graphs.loaders.jsonl import write_jsonl
+from graphs.model import SKB, Node
 from tests.store_fixtures import tiny_skb
+from tools import make_tools
 
 pytestmark = pytest.mark.integration
 
@@ -234,3 +236,66 @@ def test_a_manifest_that_disagrees_with_the_artifacts_is_refused(
     with pytest.raises(IndexCorruptError, match=re.escape(needle)) as info:
         IndexBundle.open(index_dir)
     assert "skb index" in str(info.value)
+
+
+# -- item 8: a process holding an index open across a rebuild serves the new index, all of it ---------------
+def _second_version() -> SKB:
+    """The tiny SKB without OMIM:2 (and its edges) and with HP:1 renamed."""
+    old = tiny_skb()
+    skb = SKB(old.name, node_types=list(old.node_types.values()))
+    for key, node in old.nodes.items():
+        if key != "OMIM:2":
+            props = {**node.props, "name": "Convulsion"} if key == "HP:1" else node.props
+            skb.add_node(Node(key, node.label, props))
+    for edge in old.edges:
+        if "OMIM:2" not in (edge.src, edge.dst):
+            skb.add_edge(edge)
+    return skb
+
+
+def test_an_open_bundle_follows_a_rebuild_as_a_whole(tiny_data: Path, tmp_path: Path) -> None:
+    from graphs.build import IndexConfig, build_index
+
+    index_dir = built(tiny_data, tmp_path / "index")
+    live = IndexBundle.open(index_dir)
+    try:
+        first = live.manifest.generation
+        assert first and "OMIM:2" in [h.key for h in live.search("Migraine", mode="bm25", k=3)]
+        assert live.store.count_nodes() == 8
+        build_index(_second_version(), index_dir, IndexConfig(dataset="v2"))
+        # every part answers from the new build: manifest, SKB, lexical and dense search, graph store
+        assert live.manifest.dataset == "v2" and live.manifest.generation != first
+        assert "OMIM:2" not in live.skb.nodes and live.node("HP:1").name == "Convulsion"  # type: ignore[union-attr]
+        assert "OMIM:2" not in [h.key for h in live.search("Migraine", mode="bm25", k=3)]
+        assert "OMIM:2" not in [h.key for h in live.search("Migraine", mode="vss", k=7)]
+        assert live.store.count_nodes() == 7
+        names = {live.node(t.dst).name for t in live.store.neighbors(["OMIM:1"], direction="out")}  # type: ignore[union-attr]
+        assert "Convulsion" in names
+        # and so do the tools over it
+        tools = {t.name: t for t in make_tools(live)}
+        hits = json.loads(tools["semantic_search"].invoke({"text": "Migraine", "k": 7}))["hits"]
+        assert hits and "OMIM:2" not in [h["key"] for h in hits]
+        rows = json.loads(tools["cypher"].invoke({"query": "MATCH (n:Phenotype {key: 'HP:1'}) RETURN n.name AS name"}))
+        assert rows["rows"] == [["Convulsion"]]
+        assert live.reloads == 1
+    finally:
+        live.close()
+
+
+def test_an_open_bundle_refuses_a_broken_rebuild_on_every_access(tiny_data: Path, tmp_path: Path) -> None:
+    """Refuse, never mix: when the new index cannot be opened, the old parts are not served beside it."""
+    from graphs.build import IndexConfig, build_index
+
+    index_dir = built(tiny_data, tmp_path / "index")
+    live = IndexBundle.open(index_dir)
+    try:
+        assert live.store.count_nodes() == 8
+        build_index(_second_version(), index_dir, IndexConfig(dataset="v2"))
+        (index_dir / "falkordb" / "dump.rdb").unlink()
+        for _ in range(2):
+            with pytest.raises(IndexCorruptError, match=r"dump\.rdb"):
+                live.search("Migraine", mode="bm25")
+            with pytest.raises(IndexCorruptError, match=r"dump\.rdb"):
+                live.store.count_nodes()
+    finally:
+        live.close()
