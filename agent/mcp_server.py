@@ -24,6 +24,7 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import ValidationError
 
 from graphs.errors import ConfigError, SKBError
+from tools.results import parse_result
 from tools.toolkit import SKBToolkit, tool_input_schema
 
 log = logging.getLogger("skb.mcp")
@@ -106,7 +107,9 @@ def _invoke(tool: BaseTool, args: dict[str, Any]) -> Any:
     """Run a tool; content_and_artifact tools are called as a tool call so the artifact comes back too."""
     if getattr(tool, "response_format", "content") == "content_and_artifact":
         message = tool.invoke({"type": "tool_call", "id": "mcp", "name": tool.name, "args": args})
-        return (getattr(message, "content", message), getattr(message, "artifact", None) or {})
+        # the typed result (tools.results) is the structured content, with its kind; text stays budgeted
+        result = parse_result(tool.name, getattr(message, "artifact", None))
+        return (getattr(message, "content", message), result.model_dump(mode="json") if result else {})
     return tool.invoke(args)
 
 
