@@ -65,6 +65,7 @@ class IndexBundle:
         verify: bool = True,
     ) -> None:
         self.index_dir = index_dir
+        self._manifest_path = os.path.join(index_dir, "manifest.json")
         self._parts = _Parts(manifest, skb, hnsw, bm25, stamp if stamp is not None else _manifest_stamp(index_dir))
         self._store_arg = store_kind
         self._verify = verify
@@ -97,7 +98,11 @@ class IndexBundle:
 
     def _current(self) -> _Parts:
         parts = self._parts
-        if _manifest_stamp(self.index_dir) == parts.stamp:
+        try:
+            st = os.stat(self._manifest_path)
+        except OSError:
+            return self._reload(parts)
+        if (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) == parts.stamp:
             return parts
         return self._reload(parts)
 
