@@ -74,6 +74,8 @@ if TYPE_CHECKING:
 
 #: Tool-call arguments that size a result; clamped to ``per_call_k`` (K).
 _SIZE_ARGS = {"semantic_search": "k", "search_nodes": "limit", "cypher": "max_rows"}
+#: The nodes of one planner round (the ``act`` stage).
+ACT_NODES = ("call_planner", "run_tools", "observe")
 #: Timings that are parts of ``act`` (one planner round each), not stages of their own.
 _SUB_STAGES = frozenset({"total", "call_planner", "run_tools", "observe"})
 #: Context items the answer message lists.
@@ -671,7 +673,9 @@ class AgentGraph:
             "finalize": self.finalize,
         }
         for name, fn in nodes.items():
-            graph.add_node(name, fn)
+            # one planner round is three nodes; traces and usage count them as the ``act`` stage
+            metadata = {"stage": "act"} if name in ACT_NODES else None
+            graph.add_node(name, fn, metadata=metadata)
         graph.add_edge(START, "link_entities")
         graph.add_edge("link_entities", "plan")
         graph.add_edge("plan", "call_planner")

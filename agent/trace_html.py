@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from agent.results import StageUsage
 from agent.tracing import TraceRun, TraceStore
 from graphs.manifest import atomic_write_text
+from tools.results import Rows, parse_result
 
 __all__ = ["ToolStep", "content_security_policy", "format_ms", "render_trace_html", "tool_steps", "write_trace_html"]
 
@@ -97,9 +98,18 @@ def _tool_payload(run: TraceRun) -> dict[str, Any] | None:
     return None
 
 
-def _keys_of(payload: dict[str, Any], args: dict[str, Any]) -> tuple[list[str], int | None]:
+def _keys_of(tool: str, payload: dict[str, Any], args: dict[str, Any]) -> tuple[list[str], int | None]:
+    """The node keys a recorded tool result names (and its row count for cypher), read through the typed
+    result models; traces written before results were typed (``triples`` lists) are still read."""
+    result = parse_result(tool, payload)
+    if result is not None:
+        if not isinstance(result, Rows):
+            return list(dict.fromkeys(result.found_keys())), None
+        cols = [str(c).lower() for c in result.columns]
+        key_cols = [i for i, c in enumerate(cols) if c == "key" or c.endswith((".key", "key"))]
+        found = [str(row[i]) for row in result.rows for i in key_cols if i < len(row) and row[i] is not None]
+        return list(dict.fromkeys(found)), len(result.rows)
     keys: list[str] = []
-    rows: int | None = None
     if isinstance(payload.get("hits"), list):
         keys = [str(h.get("key")) for h in payload["hits"] if isinstance(h, dict) and h.get("key")]
     elif isinstance(payload.get("triples"), list):
@@ -111,16 +121,9 @@ def _keys_of(payload: dict[str, Any], args: dict[str, Any]) -> tuple[list[str], 
                 key = t.get(side)
                 if key and str(key) not in asked:
                     keys.append(str(key))
-    elif isinstance(payload.get("rows"), list):
-        rows = len(payload["rows"])
-        cols = [str(c).lower() for c in payload.get("columns", [])]
-        key_cols = [i for i, c in enumerate(cols) if c == "key" or c.endswith((".key", "key"))]
-        for row in payload["rows"]:
-            if isinstance(row, list):
-                keys.extend(str(row[i]) for i in key_cols if i < len(row) and row[i] is not None)
     elif isinstance(payload.get("keys"), list):
         keys = [str(k) for k in payload["keys"]]
-    return list(dict.fromkeys(keys)), rows
+    return list(dict.fromkeys(keys)), None
 
 
 def tool_steps(tree: TraceRun) -> list[ToolStep]:
@@ -131,7 +134,7 @@ def tool_steps(tree: TraceRun) -> list[ToolStep]:
             continue
         args = _tool_args(run)
         payload = _tool_payload(run) or {}
-        keys, rows = _keys_of(payload, args)
+        keys, rows = _keys_of(run.name, payload, args)
         err = run.error
         if isinstance(payload.get("error"), dict):
             e = payload["error"]

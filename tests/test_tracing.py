@@ -161,7 +161,9 @@ def test_agent_run_is_recorded_as_a_langsmith_shaped_tree(agent_graph: Any, tmp_
         assert run.dotted_order.startswith(parent.dotted_order + ".")
         assert run.start_time >= parent.start_time and run.end_time is not None
     node_names = [c.name for c in tree.child_runs]
-    assert node_names[:3] == ["link_entities", "plan", "act"] and node_names[-1] == "finalize"
+    # one planner round is call_planner -> run_tools -> observe, all three counted as the act stage
+    assert node_names[:5] == ["link_entities", "plan", "call_planner", "run_tools", "observe"]
+    assert node_names[-1] == "finalize"
     assert {c.stage for c in tree.child_runs} >= {"link_entities", "plan", "act", "finalize"}
     tools = [r for r in runs if r.run_type == "tool"]
     assert {t.name for t in tools} <= {"semantic_search", "search_nodes", "cypher", "finish"}
@@ -271,7 +273,7 @@ def test_trace_cli_list_show_html(agent_graph: Any, tmp_path: Path) -> None:
 
     shown = runner.invoke(trace_app, ["show", root[-12:], "--index-dir", str(tmp_path)], env=env)
     assert shown.exit_code == 0, shown.output
-    for text in ("link_entities", "plan", "act", "finalize", "OfflinePlanner", "tool", "nodes"):
+    for text in ("link_entities", "plan", "call_planner", "run_tools", "finalize", "OfflinePlanner", "tool", "nodes"):
         assert text in shown.output
     out = tmp_path / "page.html"
     made = runner.invoke(trace_app, ["html", root, "-o", str(out), "--index-dir", str(tmp_path)], env=env)

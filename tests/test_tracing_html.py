@@ -137,7 +137,7 @@ def test_chromium_renders_the_page(traced: tuple[LocalTracer, TraceRun], tmp_pat
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert "Trace: session" in html and "Run tree" in html and "Nodes found per step" in html
-    for name in ("link_entities", "plan", "act", "finalize", "cypher", "semantic_search", "OfflinePlanner"):
+    for name in ("link_entities", "plan", "call_planner", "finalize", "cypher", "semantic_search", "OfflinePlanner"):
         assert f'<span class="name">{name}</span>' in html
     assert html.count("<details") >= len(list(tree.walk()))
 
