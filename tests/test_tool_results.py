@@ -48,7 +48,8 @@ def hood(n: int, rel_types: list[str] | None = None) -> Neighborhood:
 
 def test_every_tool_has_a_result_model_and_kinds_are_distinct() -> None:
     assert set(RESULT_TYPES) == {"semantic_search", "search_nodes", "cypher", "finish"}
-    kinds = {model.model_fields["kind"].default for model in [*RESULT_TYPES.values(), ToolError]}
+    models: list[type[Any]] = [*RESULT_TYPES.values(), ToolError]
+    kinds = {model.model_fields["kind"].default for model in models}
     assert len(kinds) == 5
 
 
