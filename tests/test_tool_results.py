@@ -151,3 +151,11 @@ def test_trace_viewer_reads_keys_from_typed_and_legacy_payloads() -> None:
     assert _keys_of("search_nodes", legacy, {"keys": ["HP:1"]}) == (["D:9"], None)
     rows = {"columns": ["d.key", "n"], "rows": [["D:1", 3], ["D:2", 4]], "provenance": {"tool": "cypher"}}
     assert _keys_of("cypher", rows, {}) == (["D:1", "D:2"], 2)
+
+
+def test_hostile_echoed_input_is_cut_and_the_text_stays_json() -> None:
+    """Unknown keys are echoed back; a 1 MB key must not push the text past its budget or break its JSON."""
+    result = Neighborhood(provenance=PROV, keys=["HP:1"], unknown_keys=["x" * 1_000_000, "y"], neighbors=[])
+    text = result.model_text(300)
+    assert estimate_tokens(text) <= 300
+    assert json.loads(text)["unknown_keys"][1] == "y"

@@ -38,8 +38,8 @@ def call(tool: BaseTool, args: dict[str, Any]) -> Any:
     compact JSON (within the default budget) and both name the same first items."""
     message = tool.invoke({"type": "tool_call", "id": "c1", "name": tool.name, "args": args})
     assert isinstance(message, ToolMessage)
-    result: Any = message.artifact
-    assert parse_result(tool.name, result) is result
+    result = parse_result(tool.name, message.artifact)
+    assert result is not None and result is message.artifact
     text = str(message.content)
     assert estimate_tokens(text) <= DEFAULT_BUDGET_TOKENS
     shown = json.loads(text)

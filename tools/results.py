@@ -57,6 +57,7 @@ def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens:
     Why JSON: planners (and scripts) parse it without a bespoke grammar; compact separators and short
     item dicts keep it close to a table's size."""
     limit = max(1, budget_tokens) * CHARS_PER_TOKEN
+    head = _shrink(head, limit // 8)
     base = len(_compact({**head, field: []}))
     reserve = 40 + len(narrow_hint) + len(_compact(len(items)))
     used = base
@@ -71,10 +72,19 @@ def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens:
     if len(kept) < len(items):
         out["omitted"] = len(items) - len(kept)
         out["note"] = f"token budget {budget_tokens}: {narrow_hint}"
-    text = _compact(out)
-    if len(text) > limit:  # the head alone is over budget (a huge error message): cut the text
-        return text[: limit - 1] + "\u2026"
-    return text
+    return _compact(out)
+
+
+def _shrink(value: Any, chars: int) -> Any:
+    """``value`` with every string cut to ``chars`` and every list to 10 items (head fields are echoes of
+    the input, e.g. unknown keys, which may be hostile and huge), so the JSON stays whole."""
+    if isinstance(value, str):
+        return _cut(value, max(8, chars))
+    if isinstance(value, dict):
+        return {k: _shrink(v, chars) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shrink(v, chars) for v in value[:10]]
+    return value
 
 
 class ToolProvenance(BaseModel):
