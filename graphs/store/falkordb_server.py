@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -75,12 +76,20 @@ ALLOWED_COMMANDS = (
 #  TIMEOUT_MAX caps any per-query timeout (bulk-load batches ask for it explicitly);
 #  RESULTSET_SIZE is a transport safety net far above any row cap the tools use;
 #  CACHE_SIZE holds plans of the parametrised neighbor/schema queries plus model queries;
-#  QUERY_MEM_CAPACITY stops one runaway model query from exhausting the machine.
+#  QUERY_MEM_CAPACITY fails a query whose memory grows past it -- checked between records only,
+#  so it stops collect()/aggregation growth but not one huge expression (range(1, 5e7) reached
+#  785 MB under a 256 MiB cap): the Cypher guard refuses those statically, and a served index's
+#  server also runs under SERVE_MEMORY_HEADROOM (below) as the hard backstop.
 TIMEOUT_DEFAULT_MS = 30_000
 TIMEOUT_MAX_MS = 600_000
 RESULTSET_SIZE = 100_000
 CACHE_SIZE = 64
-QUERY_MEM_CAPACITY = 2 * 1024**3
+QUERY_MEM_CAPACITY = 512 * 1024**2
+SERVE_MEMORY_HEADROOM = int(os.environ.get("SKB_FALKORDB_MEMORY_HEADROOM_MB", "2048")) * 1024**2
+"""How far a served index's server may grow past its size after loading dump.rdb (RLIMIT_DATA,
+set once the data is loaded). An expression that allocates past it makes the server abort (the
+store restarts it on the next call) instead of taking the machine's memory. 0 disables the limit;
+builds (persist=True) run without it because loading grows the server by the graph's size."""
 MAX_QUEUED_QUERIES = 256
 
 
@@ -225,6 +234,8 @@ class FalkorDBServer:
         self.owned = False
         self._password: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self.memory_limit: int | None = None
+        """RLIMIT_DATA in bytes this object set on the server it started, None when unlimited."""
         self._lock = threading.RLock()
 
     # -- public ---------------------------------------------------------------
@@ -531,6 +542,8 @@ class FalkorDBServer:
             time.sleep(0.02)
         self._proc, self.pid, self.port, self.owned = proc, proc.pid, port, True
         self._password = password
+        if not self.persist:
+            self.memory_limit = limit_data_memory(proc.pid, SERVE_MEMORY_HEADROOM)
         atomic_write_json(
             self.state_path,
             {"pid": proc.pid, "port": port, "host": HOST, "started_at": time.time(), "owner_pid": os.getpid()},
@@ -539,6 +552,24 @@ class FalkorDBServer:
         with _STARTED_LOCK:
             _STARTED.add(self)
         _hook_sigterm()
+
+
+def limit_data_memory(pid: int, headroom: int) -> int | None:
+    """Cap process `pid`'s data memory (RLIMIT_DATA) at its current size plus `headroom` bytes.
+
+    Returns the limit, or None where it cannot be set (no /proc or prlimit, headroom <= 0); a
+    missing limit is not an error because the static Cypher guard is the first line of defence.
+    """
+    if headroom <= 0 or not hasattr(resource, "prlimit"):
+        return None
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
+        kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmData:"))
+        limit = kib * 1024 + headroom
+        resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
+    except (OSError, ValueError, StopIteration):
+        return None
+    return limit
 
 
 class _PortInUse(Exception):
