@@ -106,6 +106,8 @@ def ask_command(
     console.print(", ".join(notes), style="dim")
     for note in result.degraded:
         err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False)
+    for note in result.notes:
+        err_console.print(f"note: {note}", markup=False, highlight=False)
 
 
 # -- commands registered by other packages ------------------------------------------------------

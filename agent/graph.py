@@ -630,6 +630,7 @@ class AgentGraph:
                 )
             )
         answer = _answer_text(question, items)
+        notes = _shortfall_notes(settings(self.config, config), state)
         timings = dict(state.get("timings_ms") or {})
         timings["finalize"] = _elapsed_ms(start)
         timings["total"] = round(sum(v for k, v in timings.items() if k not in _SUB_STAGES), 3)
@@ -644,6 +645,7 @@ class AgentGraph:
             used_explicit_relations=bool(state.get("used_explicit_relations")),
             fallback_used=bool(state.get("fallback_used")),
             degraded=list(state.get("degraded") or []),
+            notes=notes,
             timings_ms=timings,
             llm_calls=sum(u.llm_calls for u in usage.values()),
             prompt_tokens=sum(u.prompt_tokens for u in usage.values()),
@@ -713,6 +715,32 @@ def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessag
     if text == message.content and artifact is result:
         return message
     return message.model_copy(update={"content": clean_text(text), "artifact": result})
+
+
+def _shortfall_notes(cfg: AgentConfig, state: AgentState) -> list[str]:
+    """Say why fewer than k seeds or k' expansions came back, instead of a silently short list."""
+    notes: list[str] = []
+    seeds = len(state.get("seeds") or [])
+    if seeds < cfg.k:
+        how = (
+            "raise per_call_k (K, results per tool call) or max_rounds"
+            if cfg.fallback_fill
+            else "set fallback_fill=true to top up with hybrid search, or raise per_call_k (K, results per tool call)"
+        )
+        notes.append(
+            f"k={cfg.k} seed nodes asked, {seeds} found: the planner's tool calls return at most "
+            f"per_call_k={cfg.per_call_k} results each and found no more candidates; {how}"
+        )
+    expanded = len(state.get("expanded") or [])
+    skipped = cfg.policy == "never" or (
+        cfg.policy == "skip-when-explicit-edges" and bool(state.get("used_explicit_relations"))
+    )
+    if cfg.k_prime > expanded and seeds and not skipped:  # a configured skip is not a shortfall
+        notes.append(
+            f"k'={cfg.k_prime} expansions asked, {expanded} added: the seeds have no more one-hop neighbours "
+            "or similar nodes to add"
+        )
+    return notes
 
 
 def _answer_text(question: str, items: Sequence[ContextItem]) -> str:

@@ -52,6 +52,9 @@ class AgentResult(_JsonModel):
     used_explicit_relations: bool = False
     fallback_used: bool = False
     degraded: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="why the context is shorter than asked (k, k') and how to get more"
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
     llm_calls: int = 0
     prompt_tokens: int = 0

@@ -300,3 +300,23 @@ def test_ask_reuses_one_compiled_agent_per_bundle_and_config(hpo_bundle: Any) ->
     first = _cached_agent(hpo_bundle, config(k=7))
     assert _cached_agent(hpo_bundle, config(k=7)) is first
     assert _cached_agent(hpo_bundle, config(k=8)) is not first
+
+
+def test_a_short_context_says_why(hpo_bundle: Any) -> None:
+    """Issue 15: k=1000 returned ~50 items without a word; the result now names the cap and the knobs."""
+    result = ask(
+        "Which disease has syndactyly and craniosynostosis?",
+        bundle=hpo_bundle,
+        config=AgentConfig(k=1000, k_prime=0, policy="never"),
+    )
+    seeds = len([c for c in result.context if c.origin != "sage"])
+    assert seeds < 1000
+    [note] = result.notes
+    assert note.startswith(f"k=1000 seed nodes asked, {seeds} found")
+    assert "per_call_k=50" in note and "fallback_fill=true" in note
+    filled = ask(
+        "Which disease has syndactyly and craniosynostosis?",
+        bundle=hpo_bundle,
+        config=AgentConfig(k=5, k_prime=0, policy="never"),
+    )
+    assert filled.notes == [] and len(filled.context) == 5
