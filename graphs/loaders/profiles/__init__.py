@@ -141,8 +141,10 @@ class PlannerSpec(_Strict):
     max_hops: int = Field(default=3, ge=1, le=3)
     render_weight: float = Field(default=1.0, ge=0.0)
     exemplar_weight: float = Field(default=1.0, ge=0.0)
-    words_weight: float = Field(default=0.3, ge=0.0)
+    words_weight: float = Field(default=1.0, ge=0.0)
     extra_relation_penalty: float = Field(default=0.5, ge=0.0)
+    answer_weight: float = Field(default=0.5, ge=0.0)
+    order_weight: float = Field(default=0.3, ge=0.0)
     paths_walked: int = Field(default=2, ge=1, le=5)
 
 

@@ -1,0 +1,524 @@
+"""Relation paths (1-3 hops, with directions) predicted from a question's wording, without an LLM.
+
+Why this exists: multi-hop questions ("who directed the films that share actors with [X]") are
+answered by walking one specific path from the topic entity; a wrong hop count or direction
+returns plausible but wrong nodes. The prediction uses only the schema and the domain profile
+(graphs.loaders.profiles), never dataset-specific code:
+
+1. **Candidates**: every relation path of up to ``max_hops`` hops whose first hop is a relation the
+   topic node actually has (a name in two roles keeps all its edges) and whose later hops chain by
+   the relations' signatures (profile ``signature``, else the most frequent label pattern).
+2. **Scores**, summed with the profile's planner weights:
+   - *rendering*: cosine between the question (topic mention replaced by ``X``) and the path
+     rendered as a noun phrase from the profile's ``forward``/``inverse`` templates
+     ("the director of the movies starring X");
+   - *exemplars*: the best cosine between the question and the profile's exemplar questions whose
+     path is this path (few-shot retrieval);
+   - *relation words*: the share of the path's relations whose aliases occur in the question,
+     minus a penalty per relation named in the question but absent from the path;
+   - a small preference for shorter paths, so a one-hop question is not read as a detour.
+3. The walk itself is one read-only Cypher query per path (``walk_query``), built from schema names
+   quoted with ``quote_name``; the topic key and the row cap are parameters / trusted integers.
+
+Renderings and exemplars are embedded once per SKB; a question costs one query embedding.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from agent.linking import FRAME_WORDS
+from graphs.loaders.profiles import Profile, profile_for
+from graphs.model import SKB
+from graphs.store.props import quote_name
+
+Direction = Literal["out", "in"]
+
+_BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
+_WORD = re.compile(r"[a-z0-9]+")
+#: Words that introduce the asked-for thing in English questions (generic, not domain words).
+#: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
+_PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
+_INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
+
+
+@dataclass(frozen=True)
+class Hop:
+    rel: str
+    direction: Direction
+    to_label: str
+
+    def spec(self) -> str:
+        return (">" if self.direction == "out" else "<") + self.rel
+
+
+RelPath = tuple[Hop, ...]
+
+
+@dataclass
+class ScoredPath:
+    path: RelPath
+    score: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def as_steps(self) -> list[dict[str, str]]:
+        """The plan's PathStep form: rel, direction, to_label."""
+        return [{"rel": h.rel, "direction": h.direction, "to_label": h.to_label} for h in self.path]
+
+
+def bracketed_mention(question: str) -> str | None:
+    """The text inside the first ``[...]`` of a question, if any (the topic entity by convention)."""
+    m = _BRACKET.search(question)
+    return m.group(1).strip() if m and m.group(1).strip() else None
+
+
+def mask_mention(question: str, mention: str | None) -> str:
+    """The question with the topic mention (and its brackets) replaced by ``X``."""
+    if mention:
+        for form in (f"[{mention}]", mention):
+            if form in question:
+                return question.replace(form, "X", 1)
+    return _BRACKET.sub("X", question, count=1)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _rel_words(rel: str) -> str:
+    return " ".join(w for w in re.split(r"[_\W]+", rel.lower()) if w)
+
+
+def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
+    """(head label, tail label) per relation: the profile's signature, else the most frequent pattern."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    nodes = skb.nodes
+    for edge in skb.edges:
+        counts[(edge.rel, nodes[edge.src].label, nodes[edge.dst].label)] += 1
+    best: dict[str, tuple[str, str]] = {}
+    for (rel, src, dst), _ in counts.most_common():
+        best.setdefault(rel, (src, dst))
+    for rel, spec in profile.relations.items():
+        if rel in best:
+            best[rel] = (spec.head_label, spec.tail_label)
+    return best
+
+
+def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
+    """A path as a noun phrase of its end nodes: the profile's templates composed inside out."""
+    text = topic
+    for hop in path:
+        spec = profile.relations.get(hop.rel)
+        template = ""
+        if spec is not None:
+            template = spec.forward if hop.direction == "out" else spec.inverse
+        if not template:
+            words = _rel_words(hop.rel)
+            template = f"the {words} of {{x}}" if hop.direction == "out" else f"what has {words} {{x}}"
+        text = template.replace("{x}", text)
+    return text
+
+
+def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
+    """One read-only Cypher query walking ``path`` from the node ``$key``; the topic is never an answer.
+
+    Names come from the schema and are quoted; intermediate and end nodes must differ from the
+    topic node (a path that returns to the topic is not "another" movie/person). Rows: end node
+    key and the number of distinct walks reaching it (more walks = better supported), best first.
+    """
+    parts = [f"(s:{quote_name(start_label)} {{key: $key}})"]
+    names = []
+    for i, hop in enumerate(path, 1):
+        name = f"n{i}"
+        names.append(name)
+        rel = f"[:{quote_name(hop.rel)}]"
+        parts.append(f"-{rel}->({name})" if hop.direction == "out" else f"<-{rel}-({name})")
+    where = " AND ".join(f"{n} <> s" for n in names)
+    end = names[-1]
+    return (
+        f"MATCH {''.join(parts)} WHERE {where} "
+        f"RETURN {end}.key AS key, count(*) AS walks ORDER BY walks DESC, key LIMIT {int(limit)}"
+    )
+
+
+class PathPlanner:
+    """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
+
+    def __init__(self, skb: SKB, embedder: Any, profile: Profile | None = None) -> None:
+        self.skb = skb
+        self.profile = profile or profile_for(skb)
+        self.embedder = embedder
+        self.max_hops = self.profile.planner.max_hops
+        self.sigs = signatures(skb, self.profile)
+        self._lock = threading.Lock()
+        self._render_vecs: dict[RelPath, np.ndarray] = {}
+        self._paths_from: dict[tuple[str, str], list[RelPath]] = {}
+        self._aliases = self._alias_table()
+        # words that carry no relation or entity: generic function words and the label words
+        self._filler = set(FRAME_WORDS) | {w.lower() for spec in self.profile.labels.values() for w in spec.words}
+        self._filler -= {w for plist in self._aliases.values() for p in plist for w in p}
+        ex_paths: list[RelPath] = []
+        ex_texts: list[str] = []
+        for ex in self.profile.exemplars:
+            path = self._typed(ex.steps())
+            if path is not None:
+                ex_paths.append(path)
+                ex_texts.append(mask_mention(ex.question, bracketed_mention(ex.question)))
+        self._ex_paths = ex_paths
+        self._ex_vecs = self._embed(ex_texts) if ex_texts else np.zeros((0, 1), dtype=np.float32)
+
+    # -- schema ----------------------------------------------------------------------------
+    def _typed(self, steps: Sequence[tuple[str, Direction]]) -> RelPath | None:
+        hops = []
+        for rel, direction in steps:
+            sig = self.sigs.get(rel)
+            if sig is None:
+                return None
+            hops.append(Hop(rel, direction, sig[1] if direction == "out" else sig[0]))
+        return tuple(hops)
+
+    def _continuations(self, label: str) -> list[Hop]:
+        out = []
+        for rel, (head, tail) in sorted(self.sigs.items()):
+            if head == label:
+                out.append(Hop(rel, "out", tail))
+            if tail == label:
+                out.append(Hop(rel, "in", head))
+        return out
+
+    def paths_from(self, first: Hop) -> list[RelPath]:
+        """All paths of 1..max_hops hops starting with ``first`` (label chaining by signature)."""
+        key = (first.rel, first.direction)
+        cached = self._paths_from.get(key)
+        if cached is not None:
+            return cached
+        paths: list[RelPath] = []
+        frontier: list[RelPath] = [(first,)]
+        while frontier:
+            path = frontier.pop(0)
+            paths.append(path)
+            if len(path) < self.max_hops:
+                frontier.extend(path + (hop,) for hop in self._continuations(path[-1].to_label))
+        self._paths_from[key] = paths
+        return paths
+
+    def first_hops(self, key: str) -> list[Hop]:
+        """The relations (with directions) the node actually has."""
+        seen: dict[tuple[str, str], Hop] = {}
+        for edge in self.skb.out_edges(key):
+            sig = self.sigs.get(edge.rel)
+            if sig and (edge.rel, "out") not in seen:
+                seen[(edge.rel, "out")] = Hop(edge.rel, "out", sig[1])
+        for edge in self.skb.in_edges(key):
+            sig = self.sigs.get(edge.rel)
+            if sig and (edge.rel, "in") not in seen:
+                seen[(edge.rel, "in")] = Hop(edge.rel, "in", sig[0])
+        return list(seen.values())
+
+    # -- text ------------------------------------------------------------------------------
+    def _alias_table(self) -> dict[str, list[tuple[str, ...]]]:
+        table: dict[str, list[tuple[str, ...]]] = {}
+        for rel in self.sigs:
+            spec = self.profile.relations.get(rel)
+            phrases = list(spec.aliases) if spec is not None else []
+            if not phrases:
+                phrases = [w for w in _rel_words(rel).split() if len(w) > 2]
+            table[rel] = [tuple(_words(p)) for p in phrases if _words(p)]
+        return table
+
+    def mentioned_relations(self, text: str) -> set[str]:
+        return set(self.relation_mentions(text)[0])
+
+    def relation_mentions(self, text: str) -> tuple[Counter[str], int]:
+        """How often each relation is named (alias occurrences, longest phrase first, no overlaps)
+        and how many pivot words ("share", "same", "also", "co-") the text has."""
+        words = _words(text)
+        used = [False] * len(words)
+        spans: dict[str, list[tuple[int, int]]] = {}
+        phrases = sorted(
+            ((p, rel) for rel, plist in self._aliases.items() for p in plist), key=lambda pr: -len(pr[0])
+        )
+        for phrase, rel in phrases:
+            n = len(phrase)
+            for i in range(len(words) - n + 1):
+                if tuple(words[i : i + n]) == phrase and not any(used[i : i + n]):
+                    spans.setdefault(rel, []).append((i, i + n))
+                    # the same words may name several relations; mark them used only for longer phrases
+                    if n > 1:
+                        for j in range(i, i + n):
+                            used[j] = True
+        counts: Counter[str] = Counter()
+        for rel, found in spans.items():
+            found.sort()
+            # "starred which actors", "the director that directed": one mention said twice
+            merged = 1
+            for (_, prev_end), (start, _) in itertools.pairwise(found):
+                if not all(w in self._filler for w in words[prev_end:start]):
+                    merged += 1
+            counts[rel] = merged
+        pivots = sum(1 for w in words if w in _PIVOT_WORDS)
+        return counts, pivots
+
+    @staticmethod
+    def explained_hops(path: RelPath, counts: Counter[str], pivots: int) -> tuple[float, int]:
+        """Share of the path's hops the wording accounts for, and the relation mentions it leaves unused.
+
+        Each hop needs its own mention of its relation, except the second hop of a there-and-back
+        pair (``>r <r``: "films that *share* actors with X"), which a pivot word can stand for.
+        """
+        need = Counter(h.rel for h in path)
+        explained = sum(min(need[r], counts.get(r, 0)) for r in need)
+        pairs = sum(1 for a, b in itertools.pairwise(path) if a.rel == b.rel and a.direction != b.direction)
+        short = sum(max(0, need[r] - counts.get(r, 0)) for r in need if counts.get(r, 0) > 0)
+        explained += min(pairs, pivots, short)
+        leftover = sum(max(0, c - need.get(r, 0)) for r, c in counts.items() if r in need)
+        return explained / len(path), leftover
+
+    def anchor_relation(self, masked: str, firsts: set[str]) -> str | None:
+        """The relation named closest to the topic (``X``), among those a first hop can take.
+
+        Why: when the topic has several relations ("who directed the films written by X" about a
+        writer-director), the relation word attached to the topic is the first hop; words on its
+        left ("written by X", "the director of X") attach more often than words on its right.
+        """
+        words = _words(masked)
+        try:
+            at = words.index("x")
+        except ValueError:
+            return None
+        best: tuple[float, str] | None = None
+        for rel, plist in self._aliases.items():
+            if rel not in firsts:
+                continue
+            for phrase in plist:
+                n = len(phrase)
+                for i in range(len(words) - n + 1):
+                    if tuple(words[i : i + n]) != phrase:
+                        continue
+                    between = words[i + n : at] if i < at else words[at + 1 : i]
+                    gap = 1 + sum(1 for w in between if w not in self._filler)
+                    dist = gap if i < at else gap + 0.5
+                    if best is None or dist < best[0]:
+                        best = (float(dist), rel)
+        return best[1] if best else None
+
+    def asked_labels(self, text: str) -> dict[str, float]:
+        """Labels the question asks for, from the profile's label words: 1.0 right after an
+        interrogative ("which genres", "who", "when"), 0.5 elsewhere in the question."""
+        words = _words(text)
+        out: dict[str, float] = {}
+        for label, spec in self.profile.labels.items():
+            vocab = {w.lower() for w in spec.words}
+            for i, w in enumerate(words):
+                if w not in vocab:
+                    continue
+                near = w in _INTERROGATIVES or any(x in _INTERROGATIVES for x in words[max(0, i - 2) : i])
+                out[label] = max(out.get(label, 0.0), 1.0 if near else 0.5)
+        return out
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        embedder = getattr(self.embedder, "inner", self.embedder)  # keep planner texts out of the index cache
+        return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+
+    def _render_matrix(self, paths: Sequence[RelPath]) -> np.ndarray:
+        missing = [p for p in paths if p not in self._render_vecs]
+        if missing:
+            vecs = self._embed([render(p, self.profile) for p in missing])
+            with self._lock:
+                for p, v in zip(missing, vecs):
+                    self._render_vecs[p] = v
+        return np.stack([self._render_vecs[p] for p in paths])
+
+    # -- prediction ------------------------------------------------------------------------
+    def candidates(self, key: str) -> list[RelPath]:
+        out: list[RelPath] = []
+        for first in self.first_hops(key):
+            out.extend(self.paths_from(first))
+        return list(dict.fromkeys(out))
+
+    def predict(
+        self, question: str, key: str, mention: str | None = None, top: int = 3, qvec: np.ndarray | None = None
+    ) -> list[ScoredPath]:
+        """The ``top`` best paths from node ``key`` for the question, best first."""
+        paths = self.candidates(key)
+        if not paths:
+            return []
+        masked = mask_mention(question, mention)
+        if qvec is None:
+            embedder = getattr(self.embedder, "inner", self.embedder)
+            qvec = np.asarray(embedder.embed_query(masked), dtype=np.float32)
+        weights = self.profile.planner
+        rend = self._render_matrix(paths) @ qvec
+        ex_best: dict[RelPath, float] = {}
+        if len(self._ex_paths):
+            sims = self._ex_vecs @ qvec
+            for p, s in zip(self._ex_paths, sims):
+                if float(s) > ex_best.get(p, -1.0):
+                    ex_best[p] = float(s)
+        plain = mask_mention(question, mention).replace("X", " ")
+        counts, pivots = self.relation_mentions(plain)
+        named = set(counts)
+        anchor = self.anchor_relation(mask_mention(question, mention), {p[0].rel for p in paths})
+        asked = self.asked_labels(plain)
+        scored: list[ScoredPath] = []
+        for i, path in enumerate(paths):
+            rels = {h.rel for h in path}
+            coverage, leftover = self.explained_hops(path, counts, pivots)
+            extra = len(named - rels)
+            parts = {
+                "render": float(rend[i]),
+                "exemplar": ex_best.get(path, 0.0),
+                "words": coverage - weights.extra_relation_penalty * (extra + 0.5 * leftover),
+                "answer": asked.get(path[-1].to_label, 0.0),
+                "order": 1.0 if anchor is not None and path[0].rel == anchor else 0.0,
+                "length": -0.01 * len(path),
+            }
+            score = (
+                weights.render_weight * parts["render"]
+                + weights.exemplar_weight * parts["exemplar"]
+                + weights.words_weight * parts["words"]
+                + weights.answer_weight * parts["answer"]
+                + weights.order_weight * parts["order"]
+                + parts["length"]
+            )
+            scored.append(ScoredPath(path, round(score, 6), parts))
+        scored.sort(key=lambda sp: -sp.score)
+        return scored[:top]
+
+
+_PLANNERS: weakref.WeakKeyDictionary[SKB, PathPlanner] = weakref.WeakKeyDictionary()
+_PLANNERS_LOCK = threading.Lock()
+
+
+def planner_for(bundle: Any) -> PathPlanner | None:
+    """The bundle's path planner, or None when its profile does not enable relation-path planning."""
+    skb: SKB = bundle.skb
+    if not profile_for(skb).planner.relation_paths:
+        return None
+    with _PLANNERS_LOCK:
+        planner = _PLANNERS.get(skb)
+        if planner is None:
+            planner = _PLANNERS[skb] = PathPlanner(skb, bundle.embedder)
+        return planner
+
+
+def choose_topic(question: str, linked: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The topic entity: the one whose mention is bracketed, else the longest exact/fuzzy mention."""
+    if not linked:
+        return None
+    bracket = bracketed_mention(question)
+    if bracket is not None:
+        for ent in linked:
+            if str(ent.get("mention") or "") == bracket:
+                return ent
+    order = {"exact": 2, "fuzzy": 1, "embedding": 0}
+    return max(
+        linked,
+        key=lambda e: (order.get(str(e.get("method")), 0), len(_words(str(e.get("mention") or ""))),
+                       float(e.get("score") or 0.0)),
+    )
+
+
+# -- the offline planner's use of it ------------------------------------------------------------
+
+#: Tool-call id prefix of path walks, so the finishing round can find their results (the planner is stateless).
+WALK_ID = "offline_path_"
+
+
+def _rows_of(message: Any) -> list[list[Any]]:
+    """Rows of a cypher tool result, whatever form the tool message carries them in."""
+    data: Any = getattr(message, "artifact", None)
+    if data is not None and not isinstance(data, Mapping):
+        dump = getattr(data, "model_dump", None)
+        data = dump() if callable(dump) else None
+    if data is None:
+        try:
+            data = json.loads(str(message.content))
+        except (TypeError, ValueError):
+            return []
+    rows = data.get("rows") if isinstance(data, Mapping) else None
+    return [r for r in rows if isinstance(r, list) and r] if isinstance(rows, list) else []
+
+
+def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[Any]) -> Any | None:
+    """The offline planner's next message when relation-path planning applies, else None.
+
+    Round 0: one ``cypher`` call per predicted path (the profile's ``paths_walked`` best), each
+    walking its whole path server-side. Next round: ``finish`` with every end node of the best path
+    that returned rows (ranked by the number of walks reaching it), then those of the next paths.
+    """
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    planner = planner_for(bundle)
+    if planner is None:
+        return None
+    question = str(plan.get("question") or "")
+    linked = [e for e in plan.get("linked_entities") or [] if isinstance(e, Mapping)]
+    topic = choose_topic(question, linked)
+    if topic is None or str(topic.get("key")) not in bundle.skb.nodes:
+        return None
+    start = _plan_start(messages)
+    rounds = sum(1 for m in messages[start:] if isinstance(m, AIMessage) and m.tool_calls)
+    limit = int(plan.get("per_call_k") or 50)
+    if rounds == 0:
+        key = str(topic["key"])
+        scored = planner.predict(question, key, str(topic.get("mention") or "") or None,
+                                 top=planner.profile.planner.paths_walked)
+        if not scored:
+            return None
+        label = bundle.skb.nodes[key].label
+        calls = [
+            {
+                "name": "cypher",
+                "args": {"query": walk_query(label, sp.path, limit), "params": {"key": key}, "max_rows": limit},
+                "id": f"{WALK_ID}{i}",
+                "type": "tool_call",
+            }
+            for i, sp in enumerate(scored)
+        ]
+        return AIMessage(content="", tool_calls=calls)
+    results: dict[int, list[list[Any]]] = {}
+    for m in messages[start:]:
+        if isinstance(m, ToolMessage) and str(m.tool_call_id).startswith(WALK_ID):
+            suffix = str(m.tool_call_id)[len(WALK_ID):]
+            if suffix.isdigit():
+                results[int(suffix)] = _rows_of(m)
+    if not results:
+        return None  # not our conversation (e.g. the plan changed): let the general rules run
+    keys: list[str] = []
+    topic_key = str(topic["key"])
+    for rank in sorted(results):
+        for row in results[rank]:
+            key = row[0]
+            if isinstance(key, str) and key != topic_key and key not in keys:
+                keys.append(key)
+    keys = keys[:FINISH_KEYS]
+    scores = [round(1.0 - i / (len(keys) + 1), 6) for i in range(len(keys))]
+    args = {"keys": keys, "scores": scores, "confidence": 0.9 if keys else None}
+    return AIMessage(content="", tool_calls=[
+        {"name": "finish", "args": args, "id": f"{WALK_ID}finish", "type": "tool_call"}
+    ])
+
+
+#: Keys ``finish`` returns after a path walk (more than k: metrics may look further).
+FINISH_KEYS = 100
+
+
+def _plan_start(messages: Sequence[Any]) -> int:
+    from langchain_core.messages import HumanMessage
+
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, HumanMessage) and "<plan>" in str(message.content):
+            start = i + 1
+    return start
