@@ -18,6 +18,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -71,6 +72,9 @@ class BuildSummary(BaseModel):
 BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb"})
 #: Build outputs whose every file the manifest lists: a file not listed there is not the build's.
 LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage")
+#: SQLite databases the agent keeps in an index dir (agent.tracing's traces, agent.serve's threads) with their
+#: side files: a directory holding only these is built into (they are kept), not refused as "not an index".
+_AGENT_DATABASES = re.compile(r"(traces|threads)\.sqlite(-wal|-shm|-journal)?")
 
 
 def _is_index(path: Path) -> bool:
@@ -125,7 +129,7 @@ def check_target(index_dir: Path) -> None:
         raise ConfigError(f"--index-dir {index_dir} exists and is not a directory; choose another path")
     if resolved.is_dir() and os.path.ismount(resolved):
         raise ConfigError(f"--index-dir {index_dir} is a mount point; pass a directory inside it")
-    if not resolved.is_dir() or not any(resolved.iterdir()):
+    if not resolved.is_dir() or all(_AGENT_DATABASES.fullmatch(p.name) for p in resolved.iterdir()):
         return
     if not _is_index(resolved):
         raise ConfigError(

@@ -101,6 +101,22 @@ def test_an_empty_directory_and_an_existing_index_are_built_into(tiny_data: Path
         assert bundle.store.count_nodes() == len(tiny_skb().nodes)
 
 
+def test_a_directory_holding_only_trace_databases_is_built_into_and_they_are_kept(
+    tiny_data: Path, tmp_path: Path
+) -> None:
+    """What `skb ask`/`skb serve` keep in an index dir (its trace and thread databases) survives a build into it."""
+    target = tmp_path / "index"
+    target.mkdir()
+    for name in ("traces.sqlite", "threads.sqlite"):
+        db = sqlite3.connect(target / name)
+        db.execute("CREATE TABLE t (x)")
+        db.commit()
+        db.close()
+    built(tiny_data, target)
+    assert (target / "manifest.json").is_file()
+    assert (target / "traces.sqlite").is_file() and (target / "threads.sqlite").is_file()
+
+
 # -- item 9: --force keeps what the build did not create ------------------------------------------------
 def test_force_rebuild_keeps_traces_and_user_files(tiny_data: Path, tmp_path: Path) -> None:
     index_dir = built(tiny_data, tmp_path / "index")
