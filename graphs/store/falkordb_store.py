@@ -9,9 +9,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import redis
 from falkordb import FalkorDB
@@ -26,19 +25,10 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.model import SKB, GraphSchema
-from graphs.store.base import GraphStore, ProgressFn, QueryResult, Triple
-from graphs.store.cypher_guard import check_query
+from graphs.store.base import CypherStore, QueryResult
+from graphs.store.cypher_guard import check_params, check_read_only, check_resources
 from graphs.store.falkordb_server import HOST, QUERY_MEM_CAPACITY, RESULTSET_SIZE, FalkorDBServer
-from graphs.store.props import (
-    batched,
-    edge_rows_by_pattern,
-    group_by_label,
-    label_info_from_samples,
-    node_rows_by_label,
-    quote_name,
-    relations_from_rows,
-)
+from graphs.store.props import quote_name
 
 __all__ = ["FalkorDBServer", "FalkorDBStore"]
 
@@ -65,8 +55,6 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
-_KEY_LABEL_CACHE_MAX = 1_000_000
-
 QUERY_GRACE_S = 3.0
 """Seconds a model query may run past its own timeout before the client stops waiting for it.
 
@@ -78,8 +66,14 @@ _TOOL_POOLS_MAX = 4
 """Distinct model-query timeouts that keep their own connection pool (the tool uses one or two)."""
 
 
-class FalkorDBStore(GraphStore):
-    """GraphStore over the embedded FalkorDB server; restarts the child if it died."""
+class FalkorDBStore(CypherStore):
+    """GraphStore over the embedded FalkorDB server; restarts the child if it died.
+
+    The shared Cypher (load, schema, neighbors) lives in CypherStore; this class supplies the
+    execution (RO_QUERY on the read path, restarts, model-query pools) and value conversion.
+    """
+
+    _plain = staticmethod(_to_plain)
 
     def __init__(
         self,
@@ -93,19 +87,14 @@ class FalkorDBStore(GraphStore):
     ) -> None:
         """``persist=False`` (used by ``open_store`` for a built index): the server this store starts
         never writes dump.rdb, so the manifest's digest of the graph stays valid while it serves."""
+        super().__init__(schema_sample_size=schema_sample_size)
         self.data_dir = Path(data_dir)
         self.graph_name = graph_name
         self._own_server = server is None
         self.server = server or FalkorDBServer(self.data_dir, persist=persist)
         self.auto_restart = auto_restart
-        self.schema_sample_size = schema_sample_size
         self._db: FalkorDB | None = None
         self._connected_port: int | None = None
-        self._schema: GraphSchema | None = None
-        self._labels: list[str] | None = None
-        self._rels: list[str] | None = None
-        self._key_labels: dict[str, str] = {}
-        self._lock = threading.RLock()
         # Model-written queries (query()) get their own connection pools, whose socket timeout is
         # the query's timeout plus QUERY_GRACE_S, and at most thread_count - 1 of them run at once,
         # so the planner's keyed lookups (neighbors, schema) always find a free server thread.
@@ -213,60 +202,31 @@ class FalkorDBStore(GraphStore):
             return ReadOnlyViolationError(f"FalkorDB refused a write on the read-only path: {msg}")
         return CypherValidationError(f"FalkorDB rejected the query: {msg}. Query: {cypher[:300]}")
 
-    # -- GraphStore -----------------------------------------------------------
-    def load(self, skb: SKB, *, batch_size: int = 5000, progress: ProgressFn | None = None) -> None:
-        node_rows = node_rows_by_label(skb)
-        edge_rows = edge_rows_by_pattern(skb)
-        total = sum(len(r) for r in node_rows.values()) + sum(len(r) for r in edge_rows.values())
-        done = 0
-        timeout = self.server.timeout_max_ms
-        with self._lock:
-            self._invalidate()
-            graph = self._graph()
-            try:
-                graph.delete()
-            except redis.ResponseError as exc:
-                if "empty key" not in str(exc).lower():
-                    raise StoreError(f"cannot drop graph {self.graph_name!r} before loading: {exc}") from exc
-            except redis.ConnectionError as exc:
-                raise self._unavailable(exc) from exc
-            if progress:
-                progress(0, total)
-            for label in sorted(node_rows):
-                self._run(f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)", None, read_only=False,
-                          timeout_ms=timeout)  # fmt: skip
-            for label in sorted(node_rows):
-                cypher = f"UNWIND $rows AS r CREATE (n:{quote_name(label)}) SET n = r.props"
-                for batch in batched(node_rows[label], batch_size):
-                    self._run(cypher, {"rows": list(batch)}, read_only=False, timeout_ms=timeout)
-                    done += len(batch)
-                    if progress:
-                        progress(done, total)
-            for rel, src_label, dst_label in sorted(edge_rows):
-                cypher = (
-                    f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) "
-                    f"MATCH (b:{quote_name(dst_label)} {{key: r.d}}) "
-                    f"CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p"
-                )
-                created = 0
-                rows = edge_rows[(rel, src_label, dst_label)]
-                for batch in batched(rows, batch_size):
-                    result = self._run(cypher, {"rows": list(batch)}, read_only=False, timeout_ms=timeout)
-                    created += int(result.relationships_created or 0)
-                    done += len(batch)
-                    if progress:
-                        progress(done, total)
-                if created != len(rows):
-                    raise StoreError(
-                        f"loaded {created} of {len(rows)} {rel} edges ({src_label}->{dst_label}); some endpoint keys "
-                        "did not match a node (duplicate or missing keys); run skb.validate() and rebuild"
-                    )
-            try:
-                self.server.save()
-            except redis.RedisError as exc:
-                raise StoreError(f"FalkorDB SAVE after load failed: {exc}; see {self.server.log_path}") from exc
-            self._invalidate()
+    # -- CypherStore ----------------------------------------------------------
+    def _write(self, cypher: str, params: dict[str, Any] | None = None) -> int | None:
+        result = self._run(cypher, params, read_only=False, timeout_ms=self.server.timeout_max_ms)
+        return int(result.relationships_created or 0)
 
+    def _clear(self) -> None:
+        graph = self._graph()
+        try:
+            graph.delete()
+        except redis.ResponseError as exc:
+            if "empty key" not in str(exc).lower():
+                raise StoreError(f"cannot drop graph {self.graph_name!r} before loading: {exc}") from exc
+        except redis.ConnectionError as exc:
+            raise self._unavailable(exc) from exc
+
+    def _create_key_index(self, label: str) -> None:
+        self._write(f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)")
+
+    def _after_load(self) -> None:
+        try:
+            self.server.save()
+        except redis.RedisError as exc:
+            raise StoreError(f"FalkorDB SAVE after load failed: {exc}; see {self.server.log_path}") from exc
+
+    # -- GraphStore -----------------------------------------------------------
     def query(
         self,
         cypher: str,
@@ -275,7 +235,9 @@ class FalkorDBStore(GraphStore):
         timeout_ms: int | None = None,
         max_rows: int | None = None,
     ) -> QueryResult:
-        check_query(cypher, params)
+        check_read_only(cypher)  # the guards one by one (not check_query): tests can switch off the first alone
+        check_params(params)
+        check_resources(cypher, params)
         timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
         if timeout <= 0 or timeout > self.server.timeout_max_ms:
             raise CypherValidationError(f"timeout_ms must be between 1 and {self.server.timeout_max_ms}, got {timeout}")
@@ -310,126 +272,6 @@ class FalkorDBStore(GraphStore):
         except _GraphMissingError:
             return []
         return list(result.result_set or [])
-
-    def labels(self) -> list[str]:
-        with self._lock:
-            if self._labels is None:
-                self._labels = sorted(str(r[0]) for r in self._read("CALL db.labels()"))
-            return list(self._labels)
-
-    def relationship_types(self) -> list[str]:
-        with self._lock:
-            if self._rels is None:
-                self._rels = sorted(str(r[0]) for r in self._read("CALL db.relationshipTypes()"))
-            return list(self._rels)
-
-    def schema(self) -> GraphSchema:
-        with self._lock:
-            if self._schema is not None:
-                return self._schema
-            label_infos = []
-            for label in self.labels():
-                q = quote_name(label)
-                counted = self._read(f"MATCH (n:{q}) RETURN count(n)")
-                count = int(counted[0][0]) if counted else 0
-                samples = [
-                    dict(r[0])
-                    for r in self._read(
-                        f"MATCH (n:{q}) WITH n LIMIT $n RETURN properties(n)", {"n": self.schema_sample_size}
-                    )
-                ]
-                label_infos.append(label_info_from_samples(label, count, samples, max_samples=3))
-            rows = self._read(
-                "MATCH (a)-[r]->(b) RETURN type(r) AS rel, labels(a)[0] AS src, labels(b)[0] AS dst, count(r) AS c"
-            )
-            relations = relations_from_rows(rows)
-            self._schema = GraphSchema(labels=label_infos, relations=relations)
-            return self._schema
-
-    def _labels_of_keys(self, keys: Sequence[str]) -> dict[str, list[str]]:
-        """label -> keys, resolving unknown keys with one index lookup per label (then cached)."""
-        unknown = [k for k in dict.fromkeys(keys) if k not in self._key_labels]
-        if unknown:
-            if len(self._key_labels) + len(unknown) > _KEY_LABEL_CACHE_MAX:
-                self._key_labels.clear()
-            labels = self.labels()
-            if labels:
-                # one round trip: a UNION ALL of index lookups, one branch per label
-                cypher = " UNION ALL ".join(
-                    f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key AS k, $l{i} AS l"
-                    for i, label in enumerate(labels)
-                )
-                params: dict[str, Any] = {"keys": unknown} | {f"l{i}": label for i, label in enumerate(labels)}
-                for key, label in self._read(cypher, params):
-                    self._key_labels[str(key)] = str(label)
-        return group_by_label(keys, self._key_labels)
-
-    def neighbors(
-        self,
-        keys: Sequence[str],
-        *,
-        rel_types: Sequence[str] | None = None,
-        direction: Literal["out", "in", "both"] = "both",
-        target_label: str | None = None,
-        limit: int = 5000,
-    ) -> list[Triple]:
-        keys = self._neighbor_keys(keys, rel_types, direction, target_label, limit)
-        if not keys:
-            return []
-        rel_pattern = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
-        target = f":{quote_name(target_label)}" if target_label else ""
-        triples: list[Triple] = []
-        seen: set[int] = set()
-        with self._lock:
-            by_label = self._labels_of_keys(keys)
-            branches: list[str] = []
-            params: dict[str, Any] = {"limit": limit}
-            for i, label in enumerate(sorted(by_label)):
-                params[f"k{i}"] = by_label[label]
-                params[f"l{i}"] = label
-                n = f"(n:{quote_name(label)})"
-                if direction in ("out", "both"):
-                    branches.append(
-                        f"MATCH {n}-[r{rel_pattern}]->(m{target}) WHERE n.key IN $k{i} "
-                        f"RETURN n.key AS s, $l{i} AS sl, type(r) AS t, m.key AS d, labels(m)[0] AS dl, "
-                        "properties(r) AS p, id(r) AS i LIMIT $limit"
-                    )
-                if direction in ("in", "both"):
-                    branches.append(
-                        f"MATCH {n}<-[r{rel_pattern}]-(m{target}) WHERE n.key IN $k{i} "
-                        f"RETURN m.key AS s, labels(m)[0] AS sl, type(r) AS t, n.key AS d, $l{i} AS dl, "
-                        "properties(r) AS p, id(r) AS i LIMIT $limit"
-                    )
-            if not branches:
-                return []
-            # one round trip for every (label, direction); bind r so parallel edges stay distinct
-            for src, src_label, rel, dst, dst_label, props, rid in self._read(" UNION ALL ".join(branches), params):
-                if int(rid) in seen:
-                    continue  # an edge between two requested keys, or a self-loop, seen from both ends
-                seen.add(int(rid))
-                triples.append(
-                    Triple(
-                        src=str(src),
-                        src_label=str(src_label),
-                        rel=str(rel),
-                        dst=str(dst),
-                        dst_label=str(dst_label),
-                        props=_to_plain(dict(props or {})),
-                    )
-                )
-                if len(triples) >= limit:
-                    break
-        return triples[:limit]
-
-    def count_nodes(self) -> int:
-        rows = self._read("MATCH (n) RETURN count(n)")
-        return int(rows[0][0]) if rows else 0
-
-    def _invalidate(self) -> None:
-        self._schema = None
-        self._labels = None
-        self._rels = None
-        self._key_labels.clear()
 
     def close(self) -> None:
         with self._lock:
