@@ -218,21 +218,32 @@ class IndexBundle:
                     self._store = store
         return self._store
 
+    # Derived caches are filled under the lock from the current parts: a reload (which takes the same
+    # lock and clears them) can never leave one computed from the previous build in place.
     def schema(self) -> GraphSchema:
         """The SKB's schema from memory: identical to the store's, without a round trip."""
-        if self._schema is None:
-            self._schema = self.skb.schema()
-        return self._schema
+        self._current()
+        schema = self._schema
+        if schema is None:
+            with self._lock:
+                parts = self._current()
+                if self._schema is None:
+                    self._schema = parts.skb.schema()
+                schema = self._schema
+        return schema
 
     @property
     def lexicon(self) -> dict[str, list[str]]:
         """Lower-cased names and synonyms -> node keys (the entity linker normalises further)."""
-        if self._lexicon is None:
+        self._current()
+        lexicon = self._lexicon
+        if lexicon is None:
             with self._lock:
+                skb = self._current().skb
                 if self._lexicon is None:
                     table: dict[str, list[str]] = defaultdict(list)
-                    for node in self.skb.nodes.values():
-                        ntype = self.skb.node_types.get(node.label)
+                    for node in skb.nodes.values():
+                        ntype = skb.node_types.get(node.label)
                         names = [node.name]
                         if ntype is not None and ntype.synonym_field:
                             syn = node.props.get(ntype.synonym_field) or []
@@ -240,16 +251,30 @@ class IndexBundle:
                         for name in names:
                             table[str(name).strip().lower()].append(node.key)
                     self._lexicon = dict(table)
-        return self._lexicon
+                lexicon = self._lexicon
+        return lexicon
 
     def similarity_neighbors(self, key: str) -> list[tuple[str, float]]:
         """SAGE similarity edges of a node (empty when the index was built without them)."""
-        if self._similar is None:
+        from graphs.errors import IndexCorruptError
+
+        self._current()
+        similar = self._similar
+        if similar is None:
             with self._lock:
-                if self._similar is None:
-                    expected = self.manifest.counts.edges.get("IS_SIMILAR", 0)
-                    self._similar = _load_similarity(self.index_dir / "sage", expected)
-        return self._similar.get(key, [])
+                for attempt in range(2):
+                    parts = self._current()
+                    if self._similar is not None:
+                        break
+                    try:
+                        expected = parts.manifest.counts.edges.get("IS_SIMILAR", 0)
+                        self._similar = _load_similarity(self.index_dir / "sage", expected)
+                    except IndexCorruptError:
+                        if attempt == 1 or _manifest_stamp(self.index_dir) == parts.stamp:
+                            raise  # really damaged, not a rebuild swapped in between
+                similar = self._similar
+                assert similar is not None
+        return similar.get(key, [])
 
     def node(self, key: str) -> Node | None:
         return self.skb.nodes.get(key)

@@ -255,6 +255,10 @@ def test_a_manifest_that_disagrees_with_the_artifacts_is_refused(
 
 
 # -- item 8: a process holding an index open across a rebuild serves the new index, all of it ---------------
+def _disease_count(bundle: IndexBundle) -> int:
+    return next(info.count for info in bundle.schema().labels if info.label == "Disease")
+
+
 def _second_version() -> SKB:
     """The tiny SKB without OMIM:2 (and its edges) and with HP:1 renamed."""
     old = tiny_skb()
@@ -278,7 +282,9 @@ def test_an_open_bundle_follows_a_rebuild_as_a_whole(tiny_data: Path, tmp_path: 
         first = live.manifest.generation
         assert first and "OMIM:2" in [h.key for h in live.search("Migraine", mode="bm25", k=3)]
         assert live.store.count_nodes() == 8
+        assert "migraine" in live.lexicon and _disease_count(live) == 2  # derived caches filled from v1
         build_index(_second_version(), index_dir, IndexConfig(dataset="v2"))
+        assert "migraine" not in live.lexicon and "convulsion" in live.lexicon and _disease_count(live) == 1
         # every part answers from the new build: manifest, SKB, lexical and dense search, graph store
         assert live.manifest.dataset == "v2" and live.manifest.generation != first
         assert "OMIM:2" not in live.skb.nodes and live.node("HP:1").name == "Convulsion"  # type: ignore[union-attr]
