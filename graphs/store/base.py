@@ -7,14 +7,24 @@ read-only mode. `load` is the only write path and takes no model-produced text.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field
 
-from graphs.errors import CypherValidationError
+from graphs.errors import CypherValidationError, StoreError
 from graphs.model import SKB, GraphSchema
+from graphs.store.props import (
+    batched,
+    edge_rows_by_pattern,
+    group_by_label,
+    label_info_from_samples,
+    node_rows_by_label,
+    quote_name,
+    relations_from_rows,
+)
 
 ProgressFn = Callable[[int, int], None]
 """Called as progress(done, total) during bulk loads."""
@@ -125,3 +135,264 @@ class GraphStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+KEY_LABEL_CACHE_MAX = 1_000_000
+"""Keys whose label a store remembers (cleared whole when full): one lookup per key, not per call."""
+
+
+class CypherStore(GraphStore):
+    """Everything the Cypher stores share; a subclass supplies only execution and value conversion.
+
+    Why one base: loading, schema introspection, key-to-label resolution and one-hop expansion
+    are the same Cypher on FalkorDB and on a Bolt server; two copies drifted apart (argument
+    checks, dangling-edge detection, limits). A subclass implements:
+
+    - `_read(cypher, params)`: rows of a trusted internal read (no guard), on the read-only path;
+    - `_write(cypher, params)`: run a load statement, return the relationships it created
+      (None where the server does not say);
+    - `_clear()`, `_create_key_index(label)`, optionally `_after_load()`: the load's edges;
+    - `_plain(value)`: driver values as JSON-friendly Python;
+    - `query()`: the guarded path for model-written Cypher (its timeouts differ per backend);
+    - `count_nodes`/`labels` sources where the backend needs another query (`_fetch_labels`,
+      `_fetch_relationship_types`);
+    - `_union_all`: whether one `UNION ALL` round trip may replace one query per branch;
+    - `_edge_id`: the function naming an edge uniquely (`id` or `elementId`).
+    """
+
+    _union_all: ClassVar[bool] = True
+    _edge_id: ClassVar[str] = "id"
+
+    def __init__(self, *, schema_sample_size: int = 200) -> None:
+        self.schema_sample_size = schema_sample_size
+        self._schema: GraphSchema | None = None
+        self._labels: list[str] | None = None
+        self._rels: list[str] | None = None
+        self._key_labels: dict[str, str] = {}
+        self._lock = threading.RLock()
+
+    # -- supplied by the backend ------------------------------------------------------
+    @abstractmethod
+    def _read(self, cypher: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Rows of a fixed, trusted read (read-only session/command; the guard is skipped)."""
+
+    @abstractmethod
+    def _write(self, cypher: str, params: dict[str, Any] | None = None) -> int | None:
+        """Run one load statement; the number of relationships it created, None if not reported."""
+
+    @abstractmethod
+    def _clear(self) -> None:
+        """Remove the whole graph before a load."""
+
+    @abstractmethod
+    def _create_key_index(self, label: str) -> None:
+        """Index `label.key`, the property every lookup is anchored on."""
+
+    def _after_load(self) -> None:
+        """Make the loaded graph durable where the backend needs a step for it."""
+
+    @staticmethod
+    def _plain(value: Any) -> Any:
+        """A driver value as JSON-friendly Python (backends convert their node/edge/path types)."""
+        return value
+
+    def _fetch_labels(self) -> list[str]:
+        return sorted(str(r[0]) for r in self._read("CALL db.labels()"))
+
+    def _fetch_relationship_types(self) -> list[str]:
+        return sorted(str(r[0]) for r in self._read("CALL db.relationshipTypes()"))
+
+    # -- shared -------------------------------------------------------------------------
+    def load(self, skb: SKB, *, batch_size: int = 5000, progress: ProgressFn | None = None) -> None:
+        node_rows = node_rows_by_label(skb)
+        edge_rows = edge_rows_by_pattern(skb)
+        total = sum(len(r) for r in node_rows.values()) + sum(len(r) for r in edge_rows.values())
+        done = 0
+        with self._lock:
+            self._invalidate()
+            self._clear()
+            if progress:
+                progress(0, total)
+            for label in sorted(node_rows):
+                self._create_key_index(label)
+            for label in sorted(node_rows):
+                cypher = f"UNWIND $rows AS r CREATE (n:{quote_name(label)}) SET n = r.props"
+                for batch in batched(node_rows[label], batch_size):
+                    self._write(cypher, {"rows": list(batch)})
+                    done += len(batch)
+                    if progress:
+                        progress(done, total)
+            for rel, src_label, dst_label in sorted(edge_rows):
+                cypher = (
+                    f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) "
+                    f"MATCH (b:{quote_name(dst_label)} {{key: r.d}}) "
+                    f"CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p"
+                )
+                created: int | None = 0
+                rows = edge_rows[(rel, src_label, dst_label)]
+                for batch in batched(rows, batch_size):
+                    count = self._write(cypher, {"rows": list(batch)})
+                    created = None if count is None or created is None else created + count
+                    done += len(batch)
+                    if progress:
+                        progress(done, total)
+                if created is not None and created != len(rows):
+                    raise StoreError(
+                        f"loaded {created} of {len(rows)} {rel} edges ({src_label}->{dst_label}); some endpoint keys "
+                        "did not match a node (duplicate or missing keys); run skb.validate() and rebuild"
+                    )
+            self._after_load()
+            self._invalidate()
+
+    def labels(self) -> list[str]:
+        with self._lock:
+            if self._labels is None:
+                self._labels = self._fetch_labels()
+            return list(self._labels)
+
+    def relationship_types(self) -> list[str]:
+        with self._lock:
+            if self._rels is None:
+                self._rels = self._fetch_relationship_types()
+            return list(self._rels)
+
+    def _count(self, label: str) -> int:
+        rows = self._read(f"MATCH (n:{quote_name(label)}) RETURN count(n)")
+        return int(rows[0][0]) if rows else 0
+
+    def schema(self) -> GraphSchema:
+        with self._lock:
+            if self._schema is not None:
+                return self._schema
+            label_infos = []
+            for label in self.labels():
+                samples = [
+                    dict(r[0] or {})
+                    for r in self._read(
+                        f"MATCH (n:{quote_name(label)}) WITH n LIMIT $n RETURN properties(n)",
+                        {"n": self.schema_sample_size},
+                    )
+                ]
+                label_infos.append(label_info_from_samples(label, self._count(label), samples, max_samples=3))
+            rows = self._read(
+                "MATCH (a)-[r]->(b) RETURN type(r) AS rel, labels(a)[0] AS src, labels(b)[0] AS dst, count(r) AS c"
+            )
+            self._schema = GraphSchema(labels=label_infos, relations=relations_from_rows(rows))
+            return self._schema
+
+    def _read_branches(
+        self,
+        branches: list[tuple[str, dict[str, Any]]],
+        limit: int | None = None,
+        row_id: Callable[[Any], Any] | None = None,
+    ) -> list[Any]:
+        """Rows of several read queries: one UNION ALL round trip where the backend allows it,
+        else one query each, each asked (as `$limit`) only for the rows still missing up to `limit`.
+        With `row_id`, rows with an id already seen are dropped (and not counted)."""
+        rows: list[Any] = []
+        seen: set[Any] = set()
+
+        def take(batch: list[Any]) -> bool:
+            """Append new rows; True once `limit` rows are there."""
+            for row in batch:
+                if row_id is not None:
+                    rid = row_id(row)
+                    if rid in seen:
+                        continue
+                    seen.add(rid)
+                rows.append(row)
+                if limit is not None and len(rows) >= limit:
+                    return True
+            return False
+
+        if not branches:
+            return rows
+        if self._union_all:
+            params: dict[str, Any] = {}
+            for _, branch_params in branches:
+                params |= branch_params
+            take(self._read(" UNION ALL ".join(cypher for cypher, _ in branches), params))
+            return rows
+        for cypher, branch_params in branches:
+            if limit is not None:
+                branch_params = {**branch_params, "limit": limit - len(rows)}
+            if take(self._read(cypher, branch_params)):
+                break
+        return rows
+
+    def _labels_of_keys(self, keys: Sequence[str]) -> dict[str, list[str]]:
+        """label -> keys, resolving unknown keys with one index lookup per label (then cached)."""
+        unknown = [k for k in dict.fromkeys(keys) if k not in self._key_labels]
+        if unknown:
+            if len(self._key_labels) + len(unknown) > KEY_LABEL_CACHE_MAX:
+                self._key_labels.clear()
+            branches = [
+                (
+                    f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key AS k, $l{i} AS l",
+                    {"keys": unknown, f"l{i}": label},
+                )
+                for i, label in enumerate(self.labels())
+            ]
+            for key, label in self._read_branches(branches):
+                self._key_labels[str(key)] = str(label)
+        return group_by_label(keys, self._key_labels)
+
+    def neighbors(
+        self,
+        keys: Sequence[str],
+        *,
+        rel_types: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        target_label: str | None = None,
+        limit: int = 5000,
+    ) -> list[Triple]:
+        keys = self._neighbor_keys(keys, rel_types, direction, target_label, limit)
+        if not keys:
+            return []
+        rel_pattern = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
+        target = f":{quote_name(target_label)}" if target_label else ""
+        edge_id = self._edge_id
+        with self._lock:
+            by_label = self._labels_of_keys(keys)
+            branches: list[tuple[str, dict[str, Any]]] = []
+            sides = [side for side in ("out", "in") if direction in (side, "both")]
+            for i, label in enumerate(sorted(by_label)):
+                params: dict[str, Any] = {f"k{i}": by_label[label], f"l{i}": label, "limit": limit}
+                n = f"(n:{quote_name(label)})"
+                for side in sides:
+                    if side == "out":
+                        pattern = f"{n}-[r{rel_pattern}]->(m{target})"
+                        ends = f"n.key AS s, $l{i} AS sl, type(r) AS t, m.key AS d, labels(m)[0] AS dl"
+                    else:
+                        pattern = f"{n}<-[r{rel_pattern}]-(m{target})"
+                        ends = f"m.key AS s, labels(m)[0] AS sl, type(r) AS t, n.key AS d, $l{i} AS dl"
+                    cypher = (
+                        f"MATCH {pattern} WHERE n.key IN $k{i} "
+                        f"RETURN {ends}, properties(r) AS p, {edge_id}(r) AS i LIMIT $limit"
+                    )
+                    branches.append((cypher, params))
+            # bind r so parallel edges stay distinct; an edge between two requested keys, or a
+            # self-loop, comes back from both ends and is kept once
+            rows = self._read_branches(branches, limit, row_id=lambda row: str(row[6]))
+            triples = [
+                Triple(
+                    src=str(src),
+                    src_label=str(src_label),
+                    rel=str(rel),
+                    dst=str(dst),
+                    dst_label=str(dst_label),
+                    props=self._plain(dict(props or {})),
+                )
+                for src, src_label, rel, dst, dst_label, props, _ in rows
+            ]
+        return triples[:limit]
+
+    def count_nodes(self) -> int:
+        rows = self._read("MATCH (n) RETURN count(n)")
+        return int(rows[0][0]) if rows else 0
+
+    def _invalidate(self) -> None:
+        self._schema = None
+        self._labels = None
+        self._rels = None
+        self._key_labels.clear()

@@ -17,8 +17,8 @@ import concurrent.futures
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import neo4j
 from neo4j import GraphDatabase, Query
@@ -35,24 +35,14 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.model import SKB, GraphSchema
-from graphs.store.base import GraphStore, ProgressFn, QueryResult, Triple
+from graphs.store.base import CypherStore, QueryResult
 from graphs.store.cypher_guard import check_read_only
-from graphs.store.props import (
-    batched,
-    edge_rows_by_pattern,
-    group_by_label,
-    label_info_from_samples,
-    node_rows_by_label,
-    quote_name,
-    relations_from_rows,
-)
+from graphs.store.props import quote_name
 
 log = logging.getLogger(__name__)
 
 ENV_VARS = ("NEO4J_URI", "NEO4J_USER", "NEO4J_PASSWORD", "NEO4J_DATABASE")
 _T = TypeVar("_T")
-_KEY_LABEL_CACHE_MAX = 1_000_000
 _CLIENT_TIMEOUT_GRACE_S = 2.0
 
 
@@ -76,8 +66,16 @@ def _to_plain(value: Any) -> Any:
     return str(value)  # temporal and spatial types
 
 
-class Neo4jStore(GraphStore):
-    """Bolt-backed store; `load` replaces the *whole database's* nodes and relationships."""
+class Neo4jStore(CypherStore):
+    """Bolt-backed store; `load` replaces the *whole database's* nodes and relationships.
+
+    One query per label and direction instead of one UNION ALL (what ArcadeDB's Bolt plugin
+    accepts is narrower than Neo4j's Cypher); edges are named by elementId().
+    """
+
+    _union_all = False
+    _edge_id = "elementId"
+    _plain = staticmethod(_to_plain)
 
     def __init__(
         self,
@@ -91,18 +89,14 @@ class Neo4jStore(GraphStore):
         schema_sample_size: int = 200,
         client_timeout_grace_s: float = _CLIENT_TIMEOUT_GRACE_S,
     ) -> None:
+        super().__init__(schema_sample_size=schema_sample_size)
         self.uri = uri
         self.client_timeout_grace_s = client_timeout_grace_s
         self.user = user
         self.database = database or None
         self.default_timeout_ms = int(timeout_s * 1000)
-        self.schema_sample_size = schema_sample_size
         self.notes: list[str] = []
         """Things load() had to work around (e.g. an index statement the server rejected)."""
-        self._schema: GraphSchema | None = None
-        self._labels: list[str] | None = None
-        self._rels: list[str] | None = None
-        self._key_labels: dict[str, str] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="neo4j-read")
         try:
             self._driver = GraphDatabase.driver(
@@ -188,7 +182,7 @@ class Neo4jStore(GraphStore):
                     if max_rows is not None and len(rows) >= max_rows:
                         truncated = True
                         break
-                    rows.append([_to_plain(v) for v in record.values()])
+                    rows.append([self._plain(v) for v in record.values()])
                 return columns, rows, truncated
 
         return self._with_client_timeout(work, cypher, timeout_ms)
@@ -212,7 +206,10 @@ class Neo4jStore(GraphStore):
         """Internal read of fixed, trusted text (no guard), with a generous timeout."""
         return self._run_read(cypher, params or {}, timeout_ms=max(self.default_timeout_ms, 120_000), max_rows=None)[1]
 
-    def _write(self, cypher: str, params: dict[str, Any] | None = None) -> neo4j.ResultSummary:
+    def _write(self, cypher: str, params: dict[str, Any] | None = None) -> int | None:
+        return int(self._execute_write(cypher, params).counters.relationships_created)
+
+    def _execute_write(self, cypher: str, params: dict[str, Any] | None = None) -> neo4j.ResultSummary:
         try:
             with self._session(neo4j.WRITE_ACCESS) as session:
                 return session.execute_write(lambda tx: tx.run(cypher, params or {}).consume())
@@ -221,43 +218,15 @@ class Neo4jStore(GraphStore):
         except (neo4j_exc.DriverError, OSError) as exc:
             raise self._map_error(exc, cypher, 0) from exc
 
-    # -- GraphStore -----------------------------------------------------------
-    def load(self, skb: SKB, *, batch_size: int = 5000, progress: ProgressFn | None = None) -> None:
-        node_rows = node_rows_by_label(skb)
-        edge_rows = edge_rows_by_pattern(skb)
-        total = sum(len(r) for r in node_rows.values()) + sum(len(r) for r in edge_rows.values())
-        done = 0
-        self._invalidate()
+    # -- CypherStore ------------------------------------------------------------
+    def _clear(self) -> None:
         self.notes = []
-        if progress:
-            progress(0, total)
         while True:  # batched delete: one huge DETACH DELETE can exhaust the server's transaction memory
-            summary = self._write("MATCH (n) WITH n LIMIT $n DETACH DELETE n", {"n": 10_000})
+            summary = self._execute_write("MATCH (n) WITH n LIMIT $n DETACH DELETE n", {"n": 10_000})
             if summary.counters.nodes_deleted == 0:
                 break
-        for label in sorted(node_rows):
-            self._ensure_key_index(label)
-        for label in sorted(node_rows):
-            cypher = f"UNWIND $rows AS r CREATE (n:{quote_name(label)}) SET n = r.props"
-            for batch in batched(node_rows[label], batch_size):
-                self._write(cypher, {"rows": list(batch)})
-                done += len(batch)
-                if progress:
-                    progress(done, total)
-        for rel, src_label, dst_label in sorted(edge_rows):
-            cypher = (
-                f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) "
-                f"MATCH (b:{quote_name(dst_label)} {{key: r.d}}) "
-                f"CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p"
-            )
-            for batch in batched(edge_rows[(rel, src_label, dst_label)], batch_size):
-                self._write(cypher, {"rows": list(batch)})
-                done += len(batch)
-                if progress:
-                    progress(done, total)
-        self._invalidate()
 
-    def _ensure_key_index(self, label: str) -> None:
+    def _create_key_index(self, label: str) -> None:
         q = quote_name(label)
         attempts = (
             f"CREATE INDEX IF NOT EXISTS FOR (n:{q}) ON (n.key)",  # Neo4j 5 / ArcadeDB
@@ -298,115 +267,18 @@ class Neo4jStore(GraphStore):
             columns=columns, rows=rows, truncated=truncated, elapsed_ms=(time.perf_counter() - started) * 1000
         )
 
-    def labels(self) -> list[str]:
+    def _fetch_labels(self) -> list[str]:
         """Labels that have nodes (ArcadeDB's db.labels() also lists emptied types, so they are counted)."""
-        if self._labels is None:
-            try:
-                names = [str(r[0]) for r in self._read("CALL db.labels()")]
-            except (CypherValidationError, StoreError) as exc:
-                if isinstance(exc, StoreUnavailableError):
-                    raise
-                names = sorted({str(lab) for r in self._read("MATCH (n) RETURN DISTINCT labels(n)") for lab in r[0]})
-            self._labels = sorted(name for name in names if self._count(name) > 0)
-        return list(self._labels)
+        try:
+            names = [str(r[0]) for r in self._read("CALL db.labels()")]
+        except (CypherValidationError, StoreError) as exc:
+            if isinstance(exc, StoreUnavailableError):
+                raise
+            names = sorted({str(lab) for r in self._read("MATCH (n) RETURN DISTINCT labels(n)") for lab in r[0]})
+        return sorted(name for name in names if self._count(name) > 0)
 
-    def relationship_types(self) -> list[str]:
-        if self._rels is None:
-            self._rels = sorted({r.rel for r in self.schema().relations})
-        return list(self._rels)
-
-    def _count(self, label: str) -> int:
-        rows = self._read(f"MATCH (n:{quote_name(label)}) RETURN count(n)")
-        return int(rows[0][0]) if rows else 0
-
-    def schema(self) -> GraphSchema:
-        if self._schema is not None:
-            return self._schema
-        infos = []
-        for label in self.labels():
-            q = quote_name(label)
-            samples = [
-                dict(r[0] or {})
-                for r in self._read(
-                    f"MATCH (n:{q}) WITH n LIMIT $n RETURN properties(n)", {"n": self.schema_sample_size}
-                )
-            ]
-            infos.append(label_info_from_samples(label, self._count(label), samples, max_samples=3))
-        rows = self._read(
-            "MATCH (a)-[r]->(b) RETURN type(r) AS rel, labels(a)[0] AS src, labels(b)[0] AS dst, count(r) AS c"
-        )
-        relations = relations_from_rows(rows)
-        self._schema = GraphSchema(labels=infos, relations=relations)
-        return self._schema
-
-    def _labels_of_keys(self, keys: Sequence[str]) -> dict[str, list[str]]:
-        unknown = [k for k in dict.fromkeys(keys) if k not in self._key_labels]
-        if unknown:
-            if len(self._key_labels) + len(unknown) > _KEY_LABEL_CACHE_MAX:
-                self._key_labels.clear()
-            for label in self.labels():
-                for (key,) in self._read(
-                    f"MATCH (n:{quote_name(label)}) WHERE n.key IN $keys RETURN n.key", {"keys": unknown}
-                ):
-                    self._key_labels[str(key)] = label
-        return group_by_label(keys, self._key_labels)
-
-    def neighbors(
-        self,
-        keys: Sequence[str],
-        *,
-        rel_types: Sequence[str] | None = None,
-        direction: Literal["out", "in", "both"] = "both",
-        target_label: str | None = None,
-        limit: int = 5000,
-    ) -> list[Triple]:
-        keys = self._neighbor_keys(keys, rel_types, direction, target_label, limit)
-        if not keys:
-            return []
-        rel_pattern = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
-        target = f":{quote_name(target_label)}" if target_label else ""
-        triples: list[Triple] = []
-        seen: set[str] = set()
-        by_label = self._labels_of_keys(keys)
-        for label in sorted(by_label):
-            for side in ("out", "in") if direction == "both" else (direction,):
-                remaining = limit - len(triples)
-                if remaining <= 0:
-                    return triples
-                arrow = f"-[r{rel_pattern}]->" if side == "out" else f"<-[r{rel_pattern}]-"
-                cypher = (
-                    f"MATCH (n:{quote_name(label)}){arrow}(m{target}) WHERE n.key IN $keys "
-                    "RETURN n.key, type(r), m.key, labels(m)[0], properties(r), elementId(r) LIMIT $limit"
-                )
-                for nk, rel, mk, ml, props, rid in self._read(cypher, {"keys": by_label[label], "limit": remaining}):
-                    if str(rid) in seen:
-                        continue  # an edge between two requested keys, or a self-loop, seen from both sides
-                    seen.add(str(rid))
-                    if side == "out":
-                        src, src_label, dst, dst_label = nk, label, mk, ml
-                    else:
-                        src, src_label, dst, dst_label = mk, ml, nk, label
-                    triples.append(
-                        Triple(
-                            src=str(src),
-                            src_label=str(src_label),
-                            rel=str(rel),
-                            dst=str(dst),
-                            dst_label=str(dst_label),
-                            props=dict(props or {}),
-                        )
-                    )
-        return triples[:limit]
-
-    def count_nodes(self) -> int:
-        rows = self._read("MATCH (n) RETURN count(n)")
-        return int(rows[0][0]) if rows else 0
-
-    def _invalidate(self) -> None:
-        self._schema = None
-        self._labels = None
-        self._rels = None
-        self._key_labels.clear()
+    def _fetch_relationship_types(self) -> list[str]:
+        return sorted({r.rel for r in self.schema().relations})
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
