@@ -51,6 +51,9 @@ class FloodReport(BaseModel):
     concurrency: int
     seconds: float
     statuses: dict[str, int]
+    initialize_p50_ms: float
+    initialize_p95_ms: float
+    initialize_max_ms: float
     server_args: list[str]
     before: Probe
     after_flood: Probe
@@ -102,8 +105,12 @@ async def _probe(url: str, pid: int | None, headers: dict[str, str]) -> Probe:
     )
 
 
-async def _flood(url: str, n: int, concurrency: int, max_seconds: float, headers: dict[str, str]) -> Counter[str]:
+async def _flood(
+    url: str, n: int, concurrency: int, max_seconds: float, headers: dict[str, str]
+) -> tuple[Counter[str], list[float]]:
+    """Status counts and per-request latencies (ms) of ``n`` initialize requests, ``concurrency`` at a time."""
     statuses: Counter[str] = Counter()
+    latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
@@ -118,14 +125,16 @@ async def _flood(url: str, n: int, concurrency: int, max_seconds: float, headers
                     queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                t0 = time.perf_counter()
                 try:
                     r = await http.post(url, json=_INIT, headers={**_HEADERS, **headers})
                     statuses[str(r.status_code)] += 1
                 except httpx2.HTTPError as exc:
                     statuses[type(exc).__name__] += 1
+                latencies.append((time.perf_counter() - t0) * 1000)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return statuses
+    return statuses, latencies
 
 
 def _free_port() -> int:
@@ -182,7 +191,7 @@ def main(
         asyncio.run(_probe(url, pid, headers))  # warm-up: the embedder's first call loads the model
         before = asyncio.run(_probe(url, pid, headers))
         t0 = time.perf_counter()
-        statuses = asyncio.run(_flood(url, requests, concurrency, max_seconds, headers))
+        statuses, latencies = asyncio.run(_flood(url, requests, concurrency, max_seconds, headers))
         seconds = time.perf_counter() - t0
         after = asyncio.run(_probe(url, pid, headers))
         later = None
@@ -193,8 +202,12 @@ def main(
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=60)
+    ordered = sorted(latencies) or [0.0]
     report = FloodReport(
         requests=requests, concurrency=concurrency, seconds=round(seconds, 1), statuses=dict(statuses),
+        initialize_p50_ms=round(ordered[len(ordered) // 2], 1),
+        initialize_p95_ms=round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 1),
+        initialize_max_ms=round(ordered[-1], 1),
         server_args=extra, before=before, after_flood=after, after_wait=later, wait_seconds=wait,
     )  # fmt: skip
     text = json.dumps(report.model_dump(mode="json"), indent=2)
