@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.path_planner import Hop, walk_query
 from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
@@ -26,6 +27,7 @@ from graphs.store.cypher_guard import (
     extract_refs,
 )
 from tests.store_fixtures import tiny_skb
+from tools.search_nodes import aggregation_query
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "cypher_guard_cases.json").read_text())
 SCHEMA = tiny_skb().schema()
@@ -133,7 +135,7 @@ def test_hidden_writes_are_always_caught(write: str, flips: list[bool], pre: str
 @settings(max_examples=200, deadline=None)
 @given(
     st.sampled_from(_WRITES + ["CALL dbms.x()", "; MATCH (m) RETURN m", "CALL { CREATE (q) }"]),
-    st.text(st.characters(blacklist_characters="'\\", blacklist_categories=("Cs",)), max_size=20),
+    st.text(st.characters(blacklist_characters="'\\", blacklist_categories=["Cs"]), max_size=20),
     st.sampled_from(["'", '"']),
 )
 def test_keywords_inside_string_literals_pass(write: str, noise: str, quote: str) -> None:
@@ -378,3 +380,16 @@ def test_nested_iteration_inside_one_expression_is_refused(query: str) -> None:
 )
 def test_single_level_iteration_passes(query: str) -> None:
     check_resources(query)
+
+
+def test_cypher_the_code_generates_passes_every_check() -> None:
+    """The guard sits on store.query(), which search_nodes and the path planner's walks also use:
+    their generated queries (longest shapes included) must never be refused."""
+    for hops in range(1, 7):
+        path = [Hop(f"REL_{i}", "out" if i % 2 else "in", f"L{i}") for i in range(hops)]
+        check_query(walk_query("Disease", path, 50), {"key": "OMIM:1"})
+    for direction in ("out", "in", "both"):
+        for weight in (None, "weight"):
+            params = {"keys": ["a", "b"], "limit": 10}
+            check_query(aggregation_query("A", ["R1", "R2", "R3"], direction, "B", weight), params)
+            check_query(aggregation_query("A", None, direction, None, weight), params)
