@@ -60,7 +60,7 @@ def test_server_refuses_writes_the_guard_did_not_see(
     store: FalkorDBStore, write: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = fingerprint(store)
-    monkeypatch.setattr("graphs.store.falkordb_store.check_read_only", lambda cypher: None)
+    monkeypatch.setattr("graphs.store.base.check_read_only", lambda cypher: None)
     with pytest.raises(SKBError) as info:
         store.query(write)
     assert isinstance(info.value, ReadOnlyViolationError) or "read-only" in str(info.value).lower()

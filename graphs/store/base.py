@@ -8,6 +8,7 @@ read-only mode. `load` is the only write path and takes no model-produced text.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, Self
@@ -16,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from graphs.errors import CypherValidationError, StoreError
 from graphs.model import SKB, GraphSchema
+from graphs.store.cypher_guard import check_params, check_read_only, check_resources
 from graphs.store.props import (
     batched,
     edge_rows_by_pattern,
@@ -153,7 +155,8 @@ class CypherStore(GraphStore):
       (None where the server does not say);
     - `_clear()`, `_create_key_index(label)`, optionally `_after_load()`: the load's edges;
     - `_plain(value)`: driver values as JSON-friendly Python;
-    - `query()`: the guarded path for model-written Cypher (its timeouts differ per backend);
+    - `_run_query(...)`: run model-written Cypher that passed the guard (`query()` checks it), on
+      the backend's read-only path, within its timeout; `max_timeout_ms`, the longest it allows;
     - `count_nodes`/`labels` sources where the backend needs another query (`_fetch_labels`,
       `_fetch_relationship_types`);
     - `_union_all`: whether one `UNION ALL` round trip may replace one query per branch;
@@ -179,6 +182,17 @@ class CypherStore(GraphStore):
     @abstractmethod
     def _write(self, cypher: str, params: dict[str, Any] | None = None) -> int | None:
         """Run one load statement; the number of relationships it created, None if not reported."""
+
+    @abstractmethod
+    def _run_query(
+        self, cypher: str, params: dict[str, Any], timeout_ms: int, max_rows: int
+    ) -> tuple[list[str], list[list[Any]], bool]:
+        """Run guarded, model-written Cypher read-only: (columns, plain rows up to max_rows, truncated)."""
+
+    @property
+    def max_timeout_ms(self) -> int | None:
+        """The longest per-query timeout the backend accepts (None: no limit of its own)."""
+        return None
 
     @abstractmethod
     def _clear(self) -> None:
@@ -243,6 +257,34 @@ class CypherStore(GraphStore):
                     )
             self._after_load()
             self._invalidate()
+
+    def query(
+        self,
+        cypher: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_ms: int | None = None,
+        max_rows: int | None = None,
+    ) -> QueryResult:
+        # the guards one by one, read-only first (tests switch that one off alone to prove the
+        # server's own read-only mode), then parameter values, then resource bounds
+        check_read_only(cypher)
+        check_params(params)
+        check_resources(cypher, params)
+        timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
+        most = self.max_timeout_ms
+        if timeout <= 0 or (most is not None and timeout > most):
+            raise CypherValidationError(
+                f"timeout_ms must be between 1 and {most}, got {timeout}"
+                if most is not None
+                else f"timeout_ms must be positive, got {timeout}"
+            )
+        cap = int(max_rows if max_rows is not None else self.default_max_rows)
+        started = time.perf_counter()
+        columns, rows, truncated = self._run_query(cypher, params or {}, timeout, cap)
+        return QueryResult(
+            columns=columns, rows=rows, truncated=truncated, elapsed_ms=(time.perf_counter() - started) * 1000
+        )
 
     def labels(self) -> list[str]:
         with self._lock:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.store.base import CypherStore, QueryResult
-from graphs.store.cypher_guard import check_params, check_read_only, check_resources
+from graphs.store.base import CypherStore
 from graphs.store.falkordb_server import HOST, QUERY_MEM_CAPACITY, RESULTSET_SIZE, FalkorDBServer
 from graphs.store.props import quote_name
 
@@ -226,42 +224,26 @@ class FalkorDBStore(CypherStore):
         except redis.RedisError as exc:
             raise StoreError(f"FalkorDB SAVE after load failed: {exc}; see {self.server.log_path}") from exc
 
-    # -- GraphStore -----------------------------------------------------------
-    def query(
-        self,
-        cypher: str,
-        params: dict[str, Any] | None = None,
-        *,
-        timeout_ms: int | None = None,
-        max_rows: int | None = None,
-    ) -> QueryResult:
-        check_read_only(cypher)  # the guards one by one (not check_query): tests can switch off the first alone
-        check_params(params)
-        check_resources(cypher, params)
-        timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
-        if timeout <= 0 or timeout > self.server.timeout_max_ms:
-            raise CypherValidationError(f"timeout_ms must be between 1 and {self.server.timeout_max_ms}, got {timeout}")
-        cap = int(max_rows if max_rows is not None else self.default_max_rows)
-        started = time.perf_counter()
-        if not self._query_slots.acquire(timeout=timeout / 1000):
+    @property
+    def max_timeout_ms(self) -> int:
+        return self.server.timeout_max_ms
+
+    def _run_query(
+        self, cypher: str, params: dict[str, Any], timeout_ms: int, max_rows: int
+    ) -> tuple[list[str], list[list[Any]], bool]:
+        if not self._query_slots.acquire(timeout=timeout_ms / 1000):
             raise QueryTimeoutError(
                 f"{self.max_concurrent_queries} Cypher queries were already running on this store for "
-                f"{timeout} ms (one server thread stays free for keyed lookups); retry later or simplify them"
+                f"{timeout_ms} ms (one server thread stays free for keyed lookups); retry later or simplify them"
             )
         try:
-            result = self._run(cypher, params or {}, read_only=True, timeout_ms=timeout, model=True)
+            result = self._run(cypher, params, read_only=True, timeout_ms=timeout_ms, model=True)
         finally:
             self._query_slots.release()
-        elapsed = (time.perf_counter() - started) * 1000
         columns = [str(h[1]) for h in (result.header or [])]
         rows = result.result_set or []
-        truncated = len(rows) > cap or len(rows) >= RESULTSET_SIZE
-        return QueryResult(
-            columns=columns,
-            rows=[[_to_plain(v) for v in row] for row in rows[:cap]],
-            truncated=truncated,
-            elapsed_ms=elapsed,
-        )
+        truncated = len(rows) > max_rows or len(rows) >= RESULTSET_SIZE
+        return columns, [[_to_plain(v) for v in row] for row in rows[:max_rows]], truncated
 
     def _read(self, cypher: str, params: dict[str, Any] | None = None, timeout_ms: int | None = None) -> list[Any]:
         """Internal read (fixed, trusted text): RO_QUERY without the guard's tokenizer cost."""

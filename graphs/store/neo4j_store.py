@@ -16,7 +16,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,8 +34,7 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.store.base import CypherStore, QueryResult
-from graphs.store.cypher_guard import check_read_only
+from graphs.store.base import CypherStore
 from graphs.store.props import quote_name
 
 log = logging.getLogger(__name__)
@@ -163,14 +161,14 @@ class Neo4jStore(CypherStore):
             return CypherValidationError(f"the Bolt server rejected the query: {message}. Query: {cypher[:300]}")
         return StoreError(f"query failed on {self.uri}: {message}")
 
-    def _run_read(
+    def _run_query(
         self,
         cypher: str,
         params: dict[str, Any],
         timeout_ms: int,
         max_rows: int | None,
     ) -> tuple[list[str], list[list[Any]], bool]:
-        """Run in a READ session; returns (columns, rows, truncated). Raises mapped errors."""
+        """Run in a READ session (the static guard matters: ArcadeDB accepts writes in READ mode)."""
 
         def work() -> tuple[list[str], list[list[Any]], bool]:
             with self._session(neo4j.READ_ACCESS) as session:
@@ -204,7 +202,7 @@ class Neo4jStore(CypherStore):
 
     def _read(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         """Internal read of fixed, trusted text (no guard), with a generous timeout."""
-        return self._run_read(cypher, params or {}, timeout_ms=max(self.default_timeout_ms, 120_000), max_rows=None)[1]
+        return self._run_query(cypher, params or {}, timeout_ms=max(self.default_timeout_ms, 120_000), max_rows=None)[1]
 
     def _write(self, cypher: str, params: dict[str, Any] | None = None) -> int | None:
         return int(self._execute_write(cypher, params).counters.relationships_created)
@@ -247,25 +245,6 @@ class Neo4jStore(CypherStore):
         )
         log.warning(note)
         self.notes.append(note)
-
-    def query(
-        self,
-        cypher: str,
-        params: dict[str, Any] | None = None,
-        *,
-        timeout_ms: int | None = None,
-        max_rows: int | None = None,
-    ) -> QueryResult:
-        check_read_only(cypher)
-        timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
-        if timeout <= 0:
-            raise CypherValidationError(f"timeout_ms must be positive, got {timeout}")
-        cap = int(max_rows if max_rows is not None else self.default_max_rows)
-        started = time.perf_counter()
-        columns, rows, truncated = self._run_read(cypher, params or {}, timeout, cap)
-        return QueryResult(
-            columns=columns, rows=rows, truncated=truncated, elapsed_ms=(time.perf_counter() - started) * 1000
-        )
 
     def _fetch_labels(self) -> list[str]:
         """Labels that have nodes (ArcadeDB's db.labels() also lists emptied types, so they are counted)."""
