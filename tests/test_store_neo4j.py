@@ -129,6 +129,25 @@ def test_guard_refuses_writes_that_bolt_read_mode_would_allow(store: Neo4jStore)
     assert store.query("MATCH (n:Gene) WHERE n.x IS NOT NULL RETURN count(n)").rows == [[0]]
 
 
+def test_parameter_and_resource_guards_run_before_the_server(
+    store: Neo4jStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same guarded query path as FalkorDB (CypherStore.query): bad values and resource
+    bombs never reach the Bolt server (ArcadeDB ignores transaction timeouts)."""
+    from graphs.store.cypher_guard import ParameterValueError, QueryTooComplexError
+
+    def no_round_trip(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the query reached the server")
+
+    monkeypatch.setattr(store, "_run_query", no_round_trip)
+    with pytest.raises(ParameterValueError):
+        store.query("RETURN $p AS p", {"p": 2**70})
+    with pytest.raises(QueryTooComplexError):
+        store.query("RETURN size(range(1, 1000000000)) AS n")
+    with pytest.raises(CypherValidationError, match="timeout_ms must be positive"):
+        store.query("RETURN 1", timeout_ms=0)
+
+
 def test_server_errors_are_validation_errors(store: Neo4jStore) -> None:
     with pytest.raises(CypherValidationError, match="rejected"):
         store.query("MATCH (n RETURN n")
