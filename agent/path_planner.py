@@ -163,10 +163,12 @@ class PathPlanner:
         self._lock = threading.Lock()
         self._render_vecs: dict[RelPath, np.ndarray] = {}
         self._paths_from: dict[tuple[str, str], list[RelPath]] = {}
+        self._cand_sets: dict[tuple[Hop, ...], _Candidates] = {}
         self._aliases = self._alias_table()
         # words that carry no relation or entity: generic function words and the label words
-        self._filler = set(FRAME_WORDS) | {w.lower() for spec in self.profile.labels.values() for w in spec.words}
-        self._filler -= {w for plist in self._aliases.values() for p in plist for w in p}
+        self._label_words = {w.lower() for spec in self.profile.labels.values() for w in spec.words}
+        self._filler = set(FRAME_WORDS) | self._label_words
+        self._filler -= {w for plist in self._aliases.values() for p in plist for w in p} | _PIVOT_WORDS
         ex_paths: list[RelPath] = []
         ex_texts: list[str] = []
         for ex in self.profile.exemplars:
@@ -269,21 +271,6 @@ class PathPlanner:
         pivots = sum(1 for w in words if w in _PIVOT_WORDS)
         return counts, pivots
 
-    @staticmethod
-    def explained_hops(path: RelPath, counts: Counter[str], pivots: int) -> tuple[float, int]:
-        """Share of the path's hops the wording accounts for, and the relation mentions it leaves unused.
-
-        Each hop needs its own mention of its relation, except the second hop of a there-and-back
-        pair (``>r <r``: "films that *share* actors with X"), which a pivot word can stand for.
-        """
-        need = Counter(h.rel for h in path)
-        explained = sum(min(need[r], counts.get(r, 0)) for r in need)
-        pairs = sum(1 for a, b in itertools.pairwise(path) if a.rel == b.rel and a.direction != b.direction)
-        short = sum(max(0, need[r] - counts.get(r, 0)) for r in need if counts.get(r, 0) > 0)
-        explained += min(pairs, pivots, short)
-        leftover = sum(max(0, c - need.get(r, 0)) for r, c in counts.items() if r in need)
-        return explained / len(path), leftover
-
     def anchor_relation(self, masked: str, firsts: set[str]) -> str | None:
         """The relation named closest to the topic (``X``), among those a first hop can take.
 
@@ -308,6 +295,10 @@ class PathPlanner:
                     between = words[i + n : at] if i < at else words[at + 1 : i]
                     gap = 1 + sum(1 for w in between if w not in self._filler)
                     dist = gap if i < at else gap + 0.5
+                    after = words[i + n] if i + n < len(words) else ""
+                    if i == at + 1 and after in self._label_words and after not in _INTERROGATIVES:
+                        dist = 0.5  # "[X] directed movies": the topic is the subject of the relation
+
                     if best is None or dist < best[0]:
                         best = (float(dist), rel)
         return best[1] if best else None
@@ -341,59 +332,111 @@ class PathPlanner:
 
     # -- prediction ------------------------------------------------------------------------
     def candidates(self, key: str) -> list[RelPath]:
-        out: list[RelPath] = []
-        for first in self.first_hops(key):
-            out.extend(self.paths_from(first))
-        return list(dict.fromkeys(out))
+        return self._candidate_set(key).paths
+
+    def _candidate_set(self, key: str) -> _Candidates:
+        firsts = tuple(sorted(self.first_hops(key), key=lambda h: (h.rel, h.direction)))
+        cands = self._cand_sets.get(firsts)
+        if cands is None:
+            paths: list[RelPath] = []
+            for first in firsts:
+                paths.extend(self.paths_from(first))
+            cands = _Candidates(list(dict.fromkeys(paths)), sorted(self.sigs), self._ex_paths)
+            with self._lock:
+                self._cand_sets[firsts] = cands
+        return cands
 
     def predict(
         self, question: str, key: str, mention: str | None = None, top: int = 3, qvec: np.ndarray | None = None
     ) -> list[ScoredPath]:
-        """The ``top`` best paths from node ``key`` for the question, best first."""
-        paths = self.candidates(key)
-        if not paths:
+        """The ``top`` best paths from node ``key`` for the question, best first.
+
+        The wording scores (relation words, asked label, topic anchor) come first; the question is
+        embedded only when they leave the best paths within ``embed_margin`` of each other, since
+        the embedding similarities cannot move a path by more than that (they are cosines, and
+        competing paths differ by well under 0.25 each). Most questions skip the embedding.
+        """
+        cands = self._candidate_set(key)
+        if not cands.paths:
             return []
-        masked = mask_mention(question, mention)
-        if qvec is None:
-            embedder = getattr(self.embedder, "inner", self.embedder)
-            qvec = np.asarray(embedder.embed_query(masked), dtype=np.float32)
         weights = self.profile.planner
-        rend = self._render_matrix(paths) @ qvec
-        ex_best: dict[RelPath, float] = {}
-        if len(self._ex_paths):
-            sims = self._ex_vecs @ qvec
-            for p, s in zip(self._ex_paths, sims):
-                if float(s) > ex_best.get(p, -1.0):
-                    ex_best[p] = float(s)
-        plain = mask_mention(question, mention).replace("X", " ")
-        counts, pivots = self.relation_mentions(plain)
-        named = set(counts)
-        anchor = self.anchor_relation(mask_mention(question, mention), {p[0].rel for p in paths})
+        masked = mask_mention(question, mention)
+        plain = masked.replace("X", " ")
+        mentions, pivots = self.relation_mentions(plain)
+        anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
-        scored: list[ScoredPath] = []
+        # Each hop needs its own mention of its relation, except the second hop of a there-and-back
+        # pair (">r <r": "films that *share* actors with X"), which a pivot word can stand for;
+        # relations named but not on the path, and extra mentions of path relations, cost.
+        c = np.array([mentions.get(r, 0) for r in cands.rels], dtype=np.float64)
+        need = cands.need
+        named = c > 0
+        explained = np.minimum(need, c).sum(axis=1)
+        short = (np.maximum(need - c, 0) * named).sum(axis=1)
+        explained += np.minimum(np.minimum(cands.pairs, pivots), short)
+        leftover = (np.maximum(c - need, 0) * (need > 0)).sum(axis=1)
+        extra = (named & (need == 0)).sum(axis=1)
+        words = explained / cands.length - weights.extra_relation_penalty * (extra + 0.5 * leftover)
+        answer = np.array([asked.get(lab, 0.0) for lab in cands.end_labels])
+        order = (np.array(cands.first_rels) == anchor).astype(np.float64) if anchor else np.zeros(len(cands.paths))
+        length = -0.01 * cands.length
+        total = (
+            weights.words_weight * words + weights.answer_weight * answer + weights.order_weight * order + length
+        )
+        ranked = np.argsort(-total, kind="stable")
+        clear = len(cands.paths) == 1 or total[ranked[0]] - total[ranked[1]] >= weights.embed_margin
+        rend: np.ndarray | None = None
+        ex_best: np.ndarray | None = None
+        if not clear or qvec is not None:
+            if qvec is None:
+                embedder = getattr(self.embedder, "inner", self.embedder)
+                qvec = np.asarray(embedder.embed_query(masked), dtype=np.float32)
+            if cands.render_vecs is None:
+                cands.render_vecs = self._render_matrix(cands.paths)
+            rend = cands.render_vecs @ qvec
+            ex_best = np.zeros(len(cands.paths))
+            if len(self._ex_paths):
+                sims = self._ex_vecs @ qvec
+                for i, rows in cands.exemplar_rows.items():
+                    ex_best[i] = float(sims[rows].max())
+            total = total + weights.render_weight * rend + weights.exemplar_weight * ex_best
+            ranked = np.argsort(-total, kind="stable")
+        out = []
+        for i in ranked[:top]:
+            parts = {"words": float(words[i]), "answer": float(answer[i]), "order": float(order[i]),
+                     "length": float(length[i])}
+            if rend is not None and ex_best is not None:
+                parts["render"] = float(rend[i])
+                parts["exemplar"] = float(ex_best[i])
+            out.append(ScoredPath(cands.paths[i], round(float(total[i]), 6), parts))
+        return out
+
+
+class _Candidates:
+    """The candidate paths of one set of first hops, with the arrays their scores need (cached)."""
+
+    def __init__(self, paths: list[RelPath], rels: list[str], ex_paths: Sequence[RelPath]) -> None:
+        self.paths = paths
+        self.rels = rels
+        col = {r: j for j, r in enumerate(rels)}
+        self.need = np.zeros((len(paths), len(rels)), dtype=np.float64)
         for i, path in enumerate(paths):
-            rels = {h.rel for h in path}
-            coverage, leftover = self.explained_hops(path, counts, pivots)
-            extra = len(named - rels)
-            parts = {
-                "render": float(rend[i]),
-                "exemplar": ex_best.get(path, 0.0),
-                "words": coverage - weights.extra_relation_penalty * (extra + 0.5 * leftover),
-                "answer": asked.get(path[-1].to_label, 0.0),
-                "order": 1.0 if anchor is not None and path[0].rel == anchor else 0.0,
-                "length": -0.01 * len(path),
-            }
-            score = (
-                weights.render_weight * parts["render"]
-                + weights.exemplar_weight * parts["exemplar"]
-                + weights.words_weight * parts["words"]
-                + weights.answer_weight * parts["answer"]
-                + weights.order_weight * parts["order"]
-                + parts["length"]
-            )
-            scored.append(ScoredPath(path, round(score, 6), parts))
-        scored.sort(key=lambda sp: -sp.score)
-        return scored[:top]
+            for hop in path:
+                self.need[i, col[hop.rel]] += 1
+        self.pairs = np.array(
+            [sum(1 for a, b in itertools.pairwise(p) if a.rel == b.rel and a.direction != b.direction) for p in paths],
+            dtype=np.float64,
+        )
+        self.length = np.array([len(p) for p in paths], dtype=np.float64)
+        self.end_labels = [p[-1].to_label for p in paths]
+        self.first_rels = [p[0].rel for p in paths]
+        index = {p: i for i, p in enumerate(paths)}
+        rows: dict[int, list[int]] = {}
+        for j, p in enumerate(ex_paths):
+            if p in index:
+                rows.setdefault(index[p], []).append(j)
+        self.exemplar_rows = {i: np.array(r) for i, r in rows.items()}
+        self.render_vecs: np.ndarray | None = None
 
 
 _PLANNERS: weakref.WeakKeyDictionary[SKB, PathPlanner] = weakref.WeakKeyDictionary()

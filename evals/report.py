@@ -36,7 +36,7 @@ RUN_FILE = "run.json"
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.md"
 PLOT_FILES = ("metrics.png", "recall_at_k.png", "latency.png")
-GROUP_COLUMNS = ("target_type", "style")
+GROUP_COLUMNS = ("target_type", "style", "qtype")  # qtype: MetaQA question shapes (report-only columns)
 METRIC_LABELS = {"hit@1": "Hit@1", "hit@5": "Hit@5", "hit@20": "Hit@20", "recall@20": "R@20", "mrr": "MRR"}
 
 

@@ -94,6 +94,13 @@ class RelationInfo(BaseModel):
     src_label: str
     dst_label: str
     count: int = 0
+    description: str = ""
+    """What the relation means in words (from the domain profile), shown to planners."""
+
+
+#: Character budget (~chars/4 tokens) of the domain-profile part of a rendered schema (relation
+#: descriptions are one line each; example questions are added until this budget is spent).
+PROFILE_PROMPT_CHARS = 2400
 
 
 class GraphSchema(BaseModel):
@@ -101,6 +108,8 @@ class GraphSchema(BaseModel):
 
     labels: list[LabelInfo] = Field(default_factory=list)
     relations: list[RelationInfo] = Field(default_factory=list)
+    examples: list[str] = Field(default_factory=list)
+    """Example questions with their relation paths (the profile's exemplars), ``question -> >rel <rel``."""
 
     def label_names(self) -> list[str]:
         return [info.label for info in self.labels]
@@ -126,7 +135,20 @@ class GraphSchema(BaseModel):
             lines.append(f"- {info.label} [{info.count}]{desc}; properties: " + "; ".join(props))
         lines.append("Relationships:")
         for rel in self.relations:
-            lines.append(f"- (:{rel.src_label})-[:{rel.rel}]->(:{rel.dst_label}) [{rel.count}]")
+            desc = f" -- {rel.description}" if rel.description else ""
+            lines.append(f"- (:{rel.src_label})-[:{rel.rel}]->(:{rel.dst_label}) [{rel.count}]{desc}")
+        if self.examples:
+            budget = PROFILE_PROMPT_CHARS - sum(len(r.description) for r in self.relations)
+            shown = []
+            for example in self.examples:
+                if budget - len(example) < 0:
+                    break
+                budget -= len(example) + 3
+                shown.append(f"- {example}")
+            if shown:
+                lines.append("Example questions -> relation paths from the [bracketed] entity "
+                             "(>rel follows the arrow, <rel goes against it):")
+                lines.extend(shown)
         return "\n".join(lines)
 
 
@@ -286,10 +308,24 @@ class SKB:
             )
             for label in sorted(counts)
         ]
+        # the domain profile (duck-typed: the model does not import loaders) adds words for planners
+        rel_specs = getattr(self.profile, "relations", None) or {}
         relations = [
-            RelationInfo(rel=rel, src_label=s, dst_label=d, count=c) for (rel, s, d), c in sorted(rel_counts.items())
+            RelationInfo(
+                rel=rel, src_label=s, dst_label=d, count=c,
+                description=getattr(rel_specs.get(rel), "description", "") or "",
+            )
+            for (rel, s, d), c in sorted(rel_counts.items())
         ]
-        return GraphSchema(labels=labels, relations=relations)
+        # round-robin over path lengths, so a cut by the prompt budget keeps every path shape
+        by_len: dict[int, list[str]] = defaultdict(list)
+        for ex in getattr(self.profile, "exemplars", None) or []:
+            by_len[len(ex.path)].append(f"{ex.question} -> {' '.join(ex.path)}")
+        examples = [
+            group[i] for i in range(max((len(g) for g in by_len.values()), default=0))
+            for _, group in sorted(by_len.items()) if i < len(group)
+        ]
+        return GraphSchema(labels=labels, relations=relations, examples=examples)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -145,6 +145,8 @@ class PlannerSpec(_Strict):
     extra_relation_penalty: float = Field(default=0.5, ge=0.0)
     answer_weight: float = Field(default=0.5, ge=0.0)
     order_weight: float = Field(default=0.3, ge=0.0)
+    embed_margin: float = Field(default=0.5, ge=0.0)
+    """Wording-score lead over the runner-up above which the question is not embedded."""
     paths_walked: int = Field(default=2, ge=1, le=5)
 
 
