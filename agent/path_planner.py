@@ -540,10 +540,18 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
         return None  # not our conversation (e.g. the plan changed): let the general rules run
     keys: list[str] = []
     topic_key = str(topic["key"])
+    skb: SKB = bundle.skb
     for rank in sorted(results):
-        for row in results[rank]:
-            key = row[0]
-            if isinstance(key, str) and key != topic_key and key not in keys:
+        found = [
+            (row[0], float(row[1]) if len(row) > 1 and isinstance(row[1], int | float) else 0.0)
+            for row in results[rank]
+            if isinstance(row[0], str) and row[0] != topic_key and row[0] in skb.nodes
+        ]
+        # more walks first; among equals the better-connected node (a prominence prior: with a
+        # name shared by several entities, the answer is more often the commoner one)
+        found.sort(key=lambda kw: (-kw[1], -_degree(skb, kw[0]), kw[0]))
+        for key, _ in found:
+            if key not in keys:
                 keys.append(key)
     keys = keys[:FINISH_KEYS]
     scores = [round(1.0 - i / (len(keys) + 1), 6) for i in range(len(keys))]
@@ -555,6 +563,10 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
 
 #: Keys ``finish`` returns after a path walk (more than k: metrics may look further).
 FINISH_KEYS = 100
+
+
+def _degree(skb: SKB, key: str) -> int:
+    return sum(1 for _ in skb.out_edges(key)) + sum(1 for _ in skb.in_edges(key))
 
 
 def _plan_start(messages: Sequence[Any]) -> int:
