@@ -136,7 +136,7 @@ def test_tools_and_agent_only_use_ro_query(hpo_bundle: Any, monkeypatch: pytest.
 # -- caps, timeouts, parameters ---------------------------------------------------------------
 def test_timeout_is_enforced_and_reported(hpo_bundle: Any) -> None:
     cypher = {t.name: t for t in make_tools(hpo_bundle, cypher_timeout_ms=10)}["cypher"]
-    out = json.loads(cypher.invoke({"query": "UNWIND range(1, 50000000) AS x WITH x WHERE x % 7 = 0 RETURN count(x)"}))
+    out = json.loads(cypher.invoke({"query": "UNWIND range(1, 100000) AS x UNWIND range(1, 100000) AS y WITH x WHERE (x + y) % 7 = 0 RETURN count(x)"}))
     assert out["error"]["type"] == "timeout", out
 
 
