@@ -13,7 +13,7 @@ from graphs.loaders import load_dataset
 from graphs.loaders.jsonl import load_jsonl, write_jsonl
 from graphs.loaders.profiles import MAX_EXEMPLARS, Profile, load_profile, packaged_profile, parse_profile, profile_for
 from graphs.loaders.triples import load_triples, read_triples
-from graphs.model import SKB, Node, NodeType
+from graphs.model import SKB, Edge, Node, NodeType
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metaqa_mini" / "kb.txt"
 
@@ -158,3 +158,22 @@ def test_node_name_follows_the_types_name_field() -> None:
     skb.add_node(Node("X:1", "Other", {"name": "plain"}))
     assert skb.nodes["NCBI:2263"].name == "FGFR2"
     assert skb.nodes["X:1"].name == "plain"
+
+
+def test_schema_render_gives_planners_the_profile_words_within_budget() -> None:
+    from graphs.model import PROFILE_PROMPT_CHARS
+
+    schema = load_dataset("metaqa", FIXTURE).schema()
+    text = schema.render()
+    assert "-[:directed_by]->(:Person) [4] -- the person who directed a movie" in text
+    assert "who was the director of [X] -> >directed_by" in text
+    # every path length is represented even when the budget cuts the list
+    assert ">starred_actors <starred_actors >directed_by" in text
+    profile_part = text[text.index("Relationships:"):]
+    assert len(profile_part) <= PROFILE_PROMPT_CHARS + 1200  # + the relation pattern lines themselves
+    # an SKB without a profile renders as before: no descriptions, no examples
+    plain = SKB("plain")
+    plain.add_node(Node("a", "Thing", {"name": "a"}))
+    plain.add_node(Node("b", "Thing", {"name": "b"}))
+    plain.add_edge(Edge("a", "knows", "b"))
+    assert plain.schema().render().endswith("- (:Thing)-[:knows]->(:Thing) [1]")

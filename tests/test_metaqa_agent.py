@@ -69,3 +69,18 @@ def test_a_name_in_two_roles_answers_along_either_relation(bundle: IndexBundle) 
     assert _keys("which movies are tagged [Harbor Lights]", bundle)[0] == "Night Ferry"
     # Dev Okafor acts and directs
     assert _keys("what films did [Dev Okafor] direct", bundle)[0] == "Night Ferry"
+
+
+def test_bracketed_mention_is_linked_alone_and_exactly(bundle: IndexBundle) -> None:
+    from agent.linking import EntityLinker
+
+    linker = EntityLinker(bundle)
+    # "Drama" and "English" are node names too, but only the bracketed topic is linked
+    linked = linker.link("is [Salt Roads] a Drama in English")
+    assert [(e.key, e.method, e.mention) for e in linked] == [("Salt Roads", "exact", "Salt Roads")]
+    # without brackets the whole question is linked as before
+    keys = {e.key for e in linker.link("is Salt Roads a Drama in English")}
+    assert {"Salt Roads", "Drama", "English"} <= keys
+    # a bracket that is no exact name falls back to the usual stages on the bracket text only
+    fuzzy = linker.link("who directed [salt road]")
+    assert [e.key for e in fuzzy][:1] == ["Salt Roads"]
