@@ -177,3 +177,16 @@ def test_schema_render_gives_planners_the_profile_words_within_budget() -> None:
     plain.add_node(Node("b", "Thing", {"name": "b"}))
     plain.add_edge(Edge("a", "knows", "b"))
     assert plain.schema().render().endswith("- (:Thing)-[:knows]->(:Thing) [1]")
+
+
+def test_load_dataset_wires_triples_with_a_profile_file_and_refuses_it_elsewhere(tmp_path: Path) -> None:
+    profile = tmp_path / "kitchen.toml"
+    profile.write_text(TOY_PROFILE)
+    kb = tmp_path / "kb.txt"
+    kb.write_text("Pad Thai|uses_ingredient|Rice noodles\n")
+    skb = load_dataset("triples", kb, profile)
+    assert skb.name == "kitchen" and skb.nodes["Rice noodles"].label == "Ingredient"
+    with pytest.raises(LoaderError, match="--profile applies to the triples dataset"):
+        load_dataset("jsonl", tmp_path, profile)
+    with pytest.raises(LoaderError, match="needs a path"):
+        load_dataset("triples", None)
