@@ -247,4 +247,4 @@ def test_search_nodes_aggregation_query_runs_over_bolt(store: Neo4jStore) -> Non
     limited = run(store, "Disease", ["OMIM:1", "OMIM:2"], None, "out", None, limit=2)
     assert [r[0] for r in limited] == ["SCN1A", "CACNA1A"]
     weighted = run(store, "Gene", ["SCN1A"], None, "both", None, weight="score")
-    assert [(r[0], r[5]) for r in weighted] == [("OMIM:1", 0.0)]
+    assert [(r[0], r[4]) for r in weighted] == [("OMIM:1", 0.0)]

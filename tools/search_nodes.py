@@ -55,6 +55,8 @@ DESCRIPTION = (
 MAX_LIMIT = 1000
 #: Neighbours the store hands back for relevance ranking before the cut to ``limit``.
 RANK_POOL = 5000
+#: Pool size per ``limit`` when many keys are expanded (edge counts order the pool; relevance breaks ties).
+RANK_POOL_FACTOR = 2
 #: Most raw edges a call returns when asked for them.
 MAX_TRIPLES = 25
 #: Wall-clock limit of the aggregation query.
@@ -62,7 +64,7 @@ QUERY_TIMEOUT_MS = 5000
 
 
 class SearchNodesArgs(InjectedArgs):
-    keys: list[str] = Field(min_length=1, max_length=200, description="node keys to expand, e.g. ['HP:0001250']")
+    keys: list[str] = Field(min_length=1, max_length=200, description="node keys to expand (the `key` of nodes from earlier results)")
     rel_types: list[str] | None = Field(default=None, description="only these relationship types")
     direction: Literal["out", "in", "both"] = "both"
     target_label: str | None = Field(default=None, description="only neighbors with this label")
@@ -80,24 +82,37 @@ def aggregation_query(
 ) -> str:
     """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
 
-    Only names validated against the schema are spliced in (backtick-quoted); keys and the limit
-    are parameters. Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no
-    dynamic property access).
+    Columns: key, seeds (one entry per edge: parallel edges repeat a seed), rels (the relation types
+    reaching the neighbour), paths (edge count), weight (sum of ``weight_property`` or null). Only
+    names validated against the schema are spliced in (backtick-quoted); keys and the limit are
+    parameters. Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no dynamic
+    property access). Cheap by construction: no DISTINCT over seeds, and the relation types are
+    collected only when the call allows more than one.
     """
     rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
     target = f":{quote_name(target_label)}" if target_label else ""
     left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
+    one_type = rel_types is not None and len(rel_types) == 1
+    rel_col = "[$rel] AS rels" if one_type else "collect(DISTINCT type(r)) AS rels"
     weight = (
-        f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
+        f"sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
         if weight_property
-        else ", null AS weight"
+        else "null AS weight"
     )
     return (
         f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
-        f"WITH m, collect(DISTINCT n.key) AS seeds, collect(DISTINCT type(r)) AS rels, count(r) AS paths{weight} "
-        "RETURN m.key AS key, labels(m)[0] AS label, seeds, rels, paths, weight "
+        f"WITH m, collect(n.key) AS seeds, {rel_col}, count(r) AS paths, {weight} "
+        "RETURN m.key AS key, seeds, rels, paths, weight "
         "ORDER BY paths DESC, key ASC LIMIT $limit"
     )
+
+
+def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int) -> dict[str, Any]:
+    """The parameters of ``aggregation_query``."""
+    params: dict[str, Any] = {"keys": keys, "limit": limit}
+    if rel_types is not None and len(rel_types) == 1:
+        params["rel"] = rel_types[0]
+    return params
 
 
 def make_search_nodes(
@@ -123,19 +138,18 @@ def make_search_nodes(
         # one query per seed label; almost every call expands keys of a single label
         for seed_label, keys in sorted(by_label.items()):
             cypher = aggregation_query(seed_label, rel_types, direction, target_label, weight_property)
-            result = bundle.store.query(
-                cypher, {"keys": keys, "limit": fetch}, timeout_ms=QUERY_TIMEOUT_MS, max_rows=fetch
-            )
-            for key, label, seeds, rels, paths, weight in result.rows:
+            params = aggregation_params(keys, rel_types, fetch)
+            result = bundle.store.query(cypher, params, timeout_ms=QUERY_TIMEOUT_MS, max_rows=fetch)
+            for key, seeds, rels, paths, weight in result.rows:
                 key = str(key)
                 node = bundle.skb.nodes.get(key)
                 entry = merged.get(key)
                 if entry is None:
                     merged[key] = Neighbor(
                         key=key,
-                        label=str(label),
+                        label=node.label if node is not None else (target_label or ""),
                         name=node.name if node is not None else key,
-                        seeds=sorted(str(s) for s in seeds),
+                        seeds=sorted({str(s) for s in seeds}),
                         rels=sorted(str(r) for r in rels),
                         paths=int(paths),
                         weight=None if weight is None else float(weight),
@@ -180,7 +194,11 @@ def make_search_nodes(
             return tool_output(tool_error(NAME, step, query, "unknown_key", msg, hint), budget_tokens)
         q = question_for(question, question_getter)
         do_rank = rank and bool(q)
-        fetch = max(RANK_POOL, limit) if do_rank else limit
+        # Ranking order is edge count (how many of the keys reach a neighbour), then relevance. From one
+        # key every neighbour has one edge, so relevance decides alone and needs the whole pool; from
+        # many keys it only breaks ties at the cut, so a pool of a few times the limit suffices.
+        pool = RANK_POOL if len(known) == 1 else min(RANK_POOL, RANK_POOL_FACTOR * limit)
+        fetch = max(pool, limit) if do_rank else limit
         rels = list(rel_types) if rel_types else None
 
         def fetch_all() -> tuple[list[Neighbor], list[TripleRow]]:
@@ -211,8 +229,8 @@ def make_search_nodes(
         if do_rank and q and len(neighbors) > limit:
             scores = embedding_matrix(bundle).scores([n.key for n in neighbors], embed_query(bundle, q))
             scores = np.where(np.isnan(scores), -1.0, scores)
-            # relevance first, then edge count (more seeds reaching a node is more evidence)
-            order = np.lexsort((-np.array([n.paths for n in neighbors]), -scores))
+            # edge count first (more keys reaching a node is more evidence), then relevance
+            order = np.lexsort((-scores, -np.array([n.paths for n in neighbors])))
             neighbors = [neighbors[i].model_copy(update={"score": round(float(scores[i]), 4)}) for i in order]
         else:
             do_rank = False
