@@ -50,14 +50,14 @@ def expand(bundle: IndexBundle) -> dict[str, Any]:
 def test_killed_between_calls_restarts_on_the_next_search_nodes(private: IndexBundle) -> None:
     baseline = len(falkordb_children())
     first = expand(private)
-    assert first["triples"]
+    assert first["neighbors"]
     server = private.store.server  # type: ignore[attr-defined]
     old_pid = server.pid
     assert len(falkordb_children()) == baseline + 1
     server.kill()
     assert len(falkordb_children()) == baseline
     again = expand(private)
-    assert again["triples"] == first["triples"]
+    assert again["neighbors"] == first["neighbors"]
     assert server.pid != old_pid and server.is_running()
     assert len(falkordb_children()) == baseline + 1  # restarted once, nothing leaked
     private.close()
@@ -81,7 +81,7 @@ def _wait_for_running_query(server: FalkorDBServer, deadline_s: float = 30.0) ->
 
 def test_killed_mid_query_gives_a_clear_error_then_recovers(private: IndexBundle) -> None:
     baseline = len(falkordb_children())
-    assert expand(private)["triples"]
+    assert expand(private)["neighbors"]
     server = private.store.server  # type: ignore[attr-defined]
     box: dict[str, Any] = {}
     # streamed rows (two bounded UNWINDs): long-running without a huge list, which the guard refuses
@@ -98,7 +98,7 @@ def test_killed_mid_query_gives_a_clear_error_then_recovers(private: IndexBundle
     assert not worker.is_alive(), "the cypher tool hung after its server died"
     err = box["out"]["error"]
     assert err["type"] == "store_unavailable" and "unreachable" in err["message"] and "restart" in err["hint"]
-    assert expand(private)["triples"]  # the next call restarted the server
+    assert expand(private)["neighbors"]  # the next call restarted the server
     assert len(falkordb_children()) == baseline + 1
 
 
@@ -106,7 +106,7 @@ def test_without_auto_restart_the_tool_reports_the_outage(private: IndexBundle) 
     store = FalkorDBStore(private.index_dir / "falkordb", auto_restart=False)
     private._store = store  # the bundle's store, replaced by one that may not restart
     try:
-        assert expand(private)["triples"]
+        assert expand(private)["neighbors"]
         store.server.kill()
         out = expand(private)
         assert out["error"]["type"] == "store_unavailable"
