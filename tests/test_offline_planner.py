@@ -235,11 +235,7 @@ def test_full_protocol_with_real_tools(hpo_bundle: Any) -> None:
     finish = msgs[-1].tool_calls[0]["args"]  # type: ignore[attr-defined]
     assert finish["keys"][0] == "OMIM:101200"
     assert finish["scores"] == sorted(finish["scores"], reverse=True)
-    seen = {t["dst"] for m in msgs if isinstance(m, ToolMessage) for t in json.loads(str(m.content)).get("triples", [])}
-    seen |= {
-        t["src"] for m in msgs if isinstance(m, ToolMessage) for t in json.loads(str(m.content)).get("triples", [])
-    }
-    seen |= {h["key"] for m in msgs if isinstance(m, ToolMessage) for h in json.loads(str(m.content)).get("hits", [])}
+    seen = {key for m in msgs if isinstance(m, ToolMessage) for key in m.artifact.found_keys()}
     assert set(finish["keys"]) <= seen  # candidates come from tool results only
     obs = read_observations(msgs)
     assert obs.rounds == len(names_per_round)

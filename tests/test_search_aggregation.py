@@ -12,10 +12,10 @@ from typing import Any, Literal
 import pytest
 
 from graphs.model import SKB
+from graphs.store.aggregate import aggregation_params, aggregation_query
 from graphs.store.base import GraphStore
 from graphs.store.falkordb_store import FalkorDBStore
 from tests.store_fixtures import tiny_skb
-from tools.search_nodes import aggregation_params, aggregation_query
 
 pytestmark = pytest.mark.integration
 

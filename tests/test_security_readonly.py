@@ -123,7 +123,7 @@ def test_tools_and_agent_only_use_ro_query(hpo_bundle: Any, monkeypatch: pytest.
     tools = {t.name: t for t in make_tools(hpo_bundle)}
     tools["semantic_search"].invoke({"text": "short skull"})
     out = json.loads(tools["search_nodes"].invoke({"keys": ["OMIM:101200"], "question": "skull"}))
-    assert out["triples"]
+    assert out["neighbors"]
     out = json.loads(tools["cypher"].invoke({"query": "MATCH (n:Disease) RETURN n.key LIMIT 2"}))
     assert len(out["rows"]) == 2
     store.schema()

@@ -19,7 +19,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
 from graphs.errors import ConfigError, StoreError, StoreUnavailableError
-from graphs.store.props import quote_name
+from graphs.store.aggregate import aggregation_params, aggregation_query
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
@@ -64,55 +64,15 @@ QUERY_TIMEOUT_MS = 5000
 
 
 class SearchNodesArgs(InjectedArgs):
-    keys: list[str] = Field(min_length=1, max_length=200, description="node keys to expand (the `key` of nodes from earlier results)")
+    keys: list[str] = Field(
+        min_length=1, max_length=200, description="node keys to expand (the `key` of nodes from earlier results)"
+    )
     rel_types: list[str] | None = Field(default=None, description="only these relationship types")
     direction: Literal["out", "in", "both"] = "both"
     target_label: str | None = Field(default=None, description="only neighbors with this label")
     limit: int = Field(default=50, ge=1, le=MAX_LIMIT, description="most neighbours to return")
     rank: bool = Field(default=True, description="rank by relevance to the question; false keeps edge-count order")
     include_triples: bool = Field(default=False, description=f"also return up to {MAX_TRIPLES} raw edges")
-
-
-def aggregation_query(
-    seed_label: str,
-    rel_types: list[str] | None,
-    direction: Literal["out", "in", "both"],
-    target_label: str | None,
-    weight_property: str | None = None,
-) -> str:
-    """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
-
-    Columns: key, seeds (one entry per edge: parallel edges repeat a seed), rels (the relation types
-    reaching the neighbour), paths (edge count), weight (sum of ``weight_property`` or null). Only
-    names validated against the schema are spliced in (backtick-quoted); keys and the limit are
-    parameters. Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no dynamic
-    property access). Cheap by construction: no DISTINCT over seeds, and the relation types are
-    collected only when the call allows more than one.
-    """
-    rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
-    target = f":{quote_name(target_label)}" if target_label else ""
-    left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
-    one_type = rel_types is not None and len(rel_types) == 1
-    rel_col = "[$rel] AS rels" if one_type else "collect(DISTINCT type(r)) AS rels"
-    weight = (
-        f"sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
-        if weight_property
-        else "null AS weight"
-    )
-    return (
-        f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
-        f"WITH m, collect(n.key) AS seeds, {rel_col}, count(r) AS paths, {weight} "
-        "RETURN m.key AS key, seeds, rels, paths, weight "
-        "ORDER BY paths DESC, key ASC LIMIT $limit"
-    )
-
-
-def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int) -> dict[str, Any]:
-    """The parameters of ``aggregation_query``."""
-    params: dict[str, Any] = {"keys": keys, "limit": limit}
-    if rel_types is not None and len(rel_types) == 1:
-        params["rel"] = rel_types[0]
-    return params
 
 
 def make_search_nodes(
