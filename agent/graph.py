@@ -43,6 +43,7 @@ from agent.llm_planner import (
     invoke_with_retry,
     llm_plan,
     make_chat_model,
+    visible_args,
 )
 from agent.planning import predict_target_type, relation_paths
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
@@ -195,18 +196,27 @@ class AgentGraph:
         self._lock = threading.Lock()
         self._models: dict[Hashable, BaseChatModel] = {}
         self._linker: EntityLinker | None = None
+        self._tools: dict[Hashable, dict[str, BaseTool]] = {}
+        self._tool_texts: dict[int, str] = {}
 
     # -- shared resources ----------------------------------------------------------------
     def tools(self, cfg: AgentConfig, question: str) -> dict[str, BaseTool]:
-        tools = make_tools(
-            self.bundle,
-            lambda: question,
-            cypher_timeout_ms=cfg.cypher_timeout_ms,
-            cypher_max_rows=cfg.cypher_max_rows,
-            budget_tokens=cfg.tool_output_tokens,
-            weight_property=cfg.edge_weight_property,
-        )
-        return {t.name: t for t in tools}
+        """The tools for these settings, built once and shared by every run (they are stateless: the
+        question reaches them as an injected argument of each call). Rebuilding them per node cost
+        more than a tool call, mostly in JSON-schema generation."""
+        key = (cfg.cypher_timeout_ms, cfg.cypher_max_rows, cfg.tool_output_tokens, cfg.edge_weight_property)
+        with self._lock:
+            tools = self._tools.get(key)
+            if tools is None:
+                made = make_tools(
+                    self.bundle,
+                    cypher_timeout_ms=cfg.cypher_timeout_ms,
+                    cypher_max_rows=cfg.cypher_max_rows,
+                    budget_tokens=cfg.tool_output_tokens,
+                    weight_property=cfg.edge_weight_property,
+                )
+                tools = self._tools[key] = {t.name: t for t in made}
+        return tools
 
     def model(self, cfg: AgentConfig) -> BaseChatModel:
         if self.chat_model is not None:
@@ -362,11 +372,15 @@ class AgentGraph:
         return target, [[_to_dict(step) for step in path] for path in raw]
 
     def _tool_text(self, cfg: AgentConfig, question: str) -> str:
-        lines = []
-        for tool in self.tools(cfg, question).values():
-            params = tool.tool_call_schema.model_json_schema().get("properties", {})  # type: ignore[union-attr]
-            lines.append(f"- {tool.name}({', '.join(params)}): {tool.description}")
-        return "\n".join(lines)
+        tools = self.tools(cfg, question)
+        text = self._tool_texts.get(id(tools))
+        if text is None:
+            lines = []
+            for tool in tools.values():
+                params = visible_args(tool)
+                lines.append(f"- {tool.name}({', '.join(params)}): {tool.description}")
+            text = self._tool_texts[id(tools)] = "\n".join(lines)
+        return text
 
     # -- the act loop: call_planner -> run_tools -> observe -> (call_planner | fallback | expand) ------
     def call_planner(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -151,6 +152,25 @@ def _error_message(call_id: str, name: str, message: str) -> ToolMessage:
     )
 
 
+_visible_lock = threading.Lock()
+_visible: dict[int, tuple[BaseTool, list[str]]] = {}
+
+
+def visible_args(tool: BaseTool) -> list[str]:
+    """The argument names the model sees for ``tool`` (injected ones hidden), computed once per tool
+    object: generating the JSON schema costs milliseconds, and a run checks every call against it."""
+    with _visible_lock:
+        hit = _visible.get(id(tool))
+        if hit is not None and hit[0] is tool:
+            return hit[1]
+    names = list(tool.tool_call_schema.model_json_schema().get("properties", {}))  # type: ignore[union-attr]
+    with _visible_lock:
+        if len(_visible) > 256:
+            _visible.clear()
+        _visible[id(tool)] = (tool, names)
+    return names
+
+
 def check_tool_calls(message: AIMessage, tools: Mapping[str, BaseTool]) -> CheckedCalls:
     """Validate every tool call of a model turn against the tools' declared argument schemas."""
     out = CheckedCalls()
@@ -168,7 +188,7 @@ def check_tool_calls(message: AIMessage, tools: Mapping[str, BaseTool]) -> Check
                 _error_message(call_id, name, f"unknown tool {name!r}; available tools: {', '.join(sorted(tools))}")
             )
             continue
-        visible = set(tool.tool_call_schema.model_json_schema().get("properties", {}))  # type: ignore[union-attr]
+        visible = set(visible_args(tool))
         args = dict(call.get("args") or {})
         extra = sorted(set(args) - visible)
         if extra:

@@ -17,7 +17,7 @@ needs to know the shape.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -50,7 +50,14 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens: int, narrow_hint: str) -> str:
+def _fit_json(
+    head: dict[str, Any],
+    field: str,
+    items: Sequence[Any] | Iterable[Any],
+    budget_tokens: int,
+    narrow_hint: str,
+    total: int | None = None,
+) -> str:
     """Compact JSON of ``head`` with as many ``items`` under ``field`` as fit in the budget; when some are
     left out, ``omitted`` counts them and ``note`` says how to narrow the call.
 
@@ -58,8 +65,9 @@ def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens:
     item dicts keep it close to a table's size."""
     limit = max(1, budget_tokens) * CHARS_PER_TOKEN
     head = _shrink(head, limit // 8)
+    count = total if total is not None else len(items)  # type: ignore[arg-type]
     base = len(_compact({**head, field: []}))
-    reserve = 40 + len(narrow_hint) + len(_compact(len(items)))
+    reserve = 40 + len(narrow_hint) + len(_compact(count))
     used = base
     kept: list[Any] = []
     for item in items:
@@ -69,8 +77,8 @@ def _fit_json(head: dict[str, Any], field: str, items: list[Any], budget_tokens:
         kept.append(item)
         used += size
     out = {**head, field: kept}
-    if len(kept) < len(items):
-        out["omitted"] = len(items) - len(kept)
+    if len(kept) < count:
+        out["omitted"] = count - len(kept)
         out["note"] = f"token budget {budget_tokens}: {narrow_hint}"
     return _compact(out)
 
@@ -141,11 +149,12 @@ class SemanticHits(_Result):
         return [h.key for h in self.hits]
 
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
-        items = [
+        items = (
             {"key": h.key, "label": h.label, "name": _cut(h.name), "score": h.score, "text": _cut(h.text, 100)}
             for h in self.hits
-        ]
-        return _fit_json({}, "hits", items, budget_tokens, "ask for fewer (k) or restrict the label")
+        )
+        hint = "ask for fewer (k) or restrict the label"
+        return _fit_json({}, "hits", items, budget_tokens, hint, total=len(self.hits))
 
 
 class Neighbor(BaseModel):
@@ -190,23 +199,25 @@ class Neighborhood(_Result):
         return [n.key for n in self.neighbors]
 
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
-        items: list[dict[str, Any]] = []
-        for n in self.neighbors:
-            item: dict[str, Any] = {"key": n.key, "label": n.label, "name": _cut(n.name)}
-            item["via"] = n.seeds[:5] + ([f"+{len(n.seeds) - 5}"] if len(n.seeds) > 5 else [])
-            item["rels"] = n.rels
-            item["edges"] = n.paths
-            if n.weight is not None:
-                item["weight"] = round(n.weight, 4)
-            if n.score is not None:
-                item["score"] = n.score
-            items.append(item)
+        def items() -> Iterator[dict[str, Any]]:  # lazily: only what fits is rendered
+            for n in self.neighbors:
+                item: dict[str, Any] = {"key": n.key, "label": n.label, "name": _cut(n.name)}
+                item["via"] = n.seeds[:5] + ([f"+{len(n.seeds) - 5}"] if len(n.seeds) > 5 else [])
+                item["rels"] = n.rels
+                item["edges"] = n.paths
+                if n.weight is not None:
+                    item["weight"] = round(n.weight, 4)
+                if n.score is not None:
+                    item["score"] = n.score
+                yield item
+
         head: dict[str, Any] = {"truncated": self.truncated}
         if self.unknown_keys:
             head["unknown_keys"] = self.unknown_keys[:10]
         if self.triples:
             head["triples"] = [t.model_dump(mode="json", exclude_defaults=True) for t in self.triples]
-        return _fit_json(head, "neighbors", items, budget_tokens, "narrow with rel_types/target_label or lower limit")
+        hint = "narrow with rel_types/target_label or lower limit"
+        return _fit_json(head, "neighbors", items(), budget_tokens, hint, total=len(self.neighbors))
 
     def _weighted(self) -> bool:
         return any(n.weight is not None for n in self.neighbors)

@@ -105,7 +105,9 @@ def make_search_nodes(
                 node = bundle.skb.nodes.get(key)
                 entry = merged.get(key)
                 if entry is None:
-                    merged[key] = Neighbor(
+                    # model_construct: the values come typed from our own query; validating thousands of
+                    # rows per call cost more than the query
+                    merged[key] = Neighbor.model_construct(
                         key=key,
                         label=node.label if node is not None else (target_label or ""),
                         name=node.name if node is not None else key,
@@ -191,7 +193,9 @@ def make_search_nodes(
             scores = np.where(np.isnan(scores), -1.0, scores)
             # edge count first (more keys reaching a node is more evidence), then relevance
             order = np.lexsort((-scores, -np.array([n.paths for n in neighbors])))
-            neighbors = [neighbors[i].model_copy(update={"score": round(float(scores[i]), 4)}) for i in order]
+            kept = order[: limit + 1]  # scores only on what is returned (one more, to detect the cut)
+            neighbors = [neighbors[i].model_copy(update={"score": round(float(scores[i]), 4)}) for i in kept]
+            truncated = truncated or len(order) > limit
         else:
             do_rank = False
         if len(neighbors) > limit:
