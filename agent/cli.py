@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 from langchain_core.runnables import RunnableConfig
 from rich.console import Console
-from rich.table import Table
 
+from agent.tracing import callbacks_for
 from graphs.errors import SKBError
+from graphs.progress import print_table
 
 app = typer.Typer(
     name="skb",
@@ -32,10 +33,6 @@ def _fail(exc: SKBError) -> typer.Exit:
 
 def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
     """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on."""
-    try:
-        from agent.tracing import callbacks_for
-    except ImportError:
-        return {}
     callbacks = callbacks_for(index_dir, enabled=trace)
     return {"callbacks": callbacks, "run_name": "skb ask"} if callbacks else {}
 
@@ -90,24 +87,21 @@ def ask_command(
     if as_json:
         print(result.to_json(indent=2))
         return
-    table = Table(title=f"context for: {question}")
-    for col in ("rank", "key", "type", "name", "score", "origin", "provenance"):
-        table.add_column(col, justify="right" if col in ("rank", "score") else "left", overflow="fold")
-    for item in result.context:
-        prov = "; ".join(dict.fromkeys(f"{p.tool}@{p.step}" for p in item.provenance))
-        table.add_row(str(item.rank), item.key, item.label, item.name, f"{item.score:.4f}", item.origin, prov)
-    console.print(table)
-    console.print(result.answer, markup=False, highlight=False)
+    rows = [[str(item.rank), item.key, item.label, item.name, f"{item.score:.4f}", item.origin,
+             "; ".join(dict.fromkeys(f"{p.tool}@{p.step}" for p in item.provenance))] for item in result.context]
+    print_table(console, f"context for: {question}", ["rank", "key", "type", "name", "score", "origin", "provenance"],
+                rows, right=["rank", "score"])
+    console.print(result.answer, markup=False, highlight=False, soft_wrap=True)
     notes = [f"steps {result.steps}", f"tool calls {result.tool_calls}", f"{result.timings_ms.get('total', 0):.0f} ms"]
     if result.llm_calls:
         notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens)")
     if result.fallback_used:
         notes.append("fallback search used")
-    console.print(", ".join(notes), style="dim")
+    console.print(", ".join(notes), style="dim", soft_wrap=True)
     for note in result.degraded:
-        err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False)
+        err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False, soft_wrap=True)
     for note in result.notes:
-        err_console.print(f"note: {note}", markup=False, highlight=False)
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 # -- commands registered by other packages ------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from evals.bench import AnswerCoverage, Bench, check_answers, load_bench
 from evals.compare import compare_runs, render_comparison
@@ -24,6 +23,7 @@ from evals.report import METRIC_LABELS, RUN_FILE, RunInfo, read_run_info, write_
 from evals.runner import run_method
 from graphs.errors import ConfigError, SKBError
 from graphs.manifest import atomic_write_json, atomic_write_text
+from graphs.progress import print_table
 
 eval_app = typer.Typer(
     name="eval",
@@ -53,7 +53,9 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Method setting 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Graph store for agent methods (falkordb|neo4j).")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress (a bar on a terminal, "
+                                                                         "a status line every 10 s or 10% otherwise).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output (same as --no-progress).")]
 
 def open_bundle(index_dir: Path, store: str | None = None) -> Any:
     """The index handle methods search; a seam for tests (monkeypatched with a fake)."""
@@ -147,12 +149,8 @@ def _print_coverage(coverage: AnswerCoverage | None) -> None:
 
 
 def _print_summary(metrics: dict[str, Any]) -> None:
-    table = Table(title="Overall (mean [95% CI])")
-    table.add_column("method")
-    table.add_column("n", justify="right")
-    for m in HEADLINE_METRICS:
-        table.add_column(METRIC_LABELS[m], justify="right")
-    table.add_column("p50 ms", justify="right")
+    columns = ["method", "n", *(METRIC_LABELS[m] for m in HEADLINE_METRICS), "p50 ms"]
+    rows = []
     for name, m in metrics["methods"].items():
         cells = []
         for k in HEADLINE_METRICS:
@@ -160,8 +158,8 @@ def _print_summary(metrics: dict[str, Any]) -> None:
             cells.append("–" if est.get("mean") is None else
                          f"{est['mean']:.3f} [{est['ci_low']:.3f}, {est['ci_high']:.3f}]")
         p50 = m["latency_ms"].get("total", {}).get("p50")
-        table.add_row(name, str(m["n"]), *cells, "–" if p50 is None else f"{p50:.1f}")
-    out_console.print(table)
+        rows.append([name, str(m["n"]), *cells, "–" if p50 is None else f"{p50:.1f}"])
+    print_table(out_console, "Overall (mean [95% CI])", columns, rows, right=columns[1:])
 
 
 def run_eval(
@@ -245,6 +243,7 @@ def main(
     resamples: ResamplesOpt = DEFAULT_RESAMPLES,
     seed: SeedOpt = DEFAULT_SEED,
     progress: ProgressOpt = True,
+    quiet: QuietOpt = False,
 ) -> None:
     """Evaluate methods; `skb eval --bench ...` is short for `skb eval run --bench ...`."""
     if ctx.invoked_subcommand is not None:
@@ -256,7 +255,7 @@ def main(
         out_console.print(ctx.get_help())
         raise typer.Exit(code=0)
     _run_from_options(bench, index_dir, method, limit, workers, split, out, settings, store, resamples, seed,
-                      progress)
+                      progress and not quiet)
 
 
 @eval_app.command("run")
@@ -273,10 +272,11 @@ def run_command(
     resamples: ResamplesOpt = DEFAULT_RESAMPLES,
     seed: SeedOpt = DEFAULT_SEED,
     progress: ProgressOpt = True,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run methods over a benchmark into --out (resumable) and write metrics.json, report.md and plots."""
     _run_from_options(bench, index_dir, method, limit, workers, split, out, settings, store, resamples, seed,
-                      progress)
+                      progress and not quiet)
 
 
 @eval_app.command("report")
@@ -308,7 +308,7 @@ def compare_command(
     except SKBError as exc:
         raise _fail(exc) from None
     text = render_comparison(comparisons)
-    out_console.print(text, markup=False, highlight=False)
+    out_console.print(text, markup=False, highlight=False, soft_wrap=True)
     if out is not None:
         if out.suffix == ".json":
             atomic_write_json(out, [c.model_dump() for c in comparisons])
@@ -324,7 +324,7 @@ def methods_command() -> None:
             options = ", ".join(method_options(name))
         except ImportError:
             options = "(module not installed)"
-        out_console.print(f"{name}: {options}", markup=False, highlight=False)
+        out_console.print(f"{name}: {options}", markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from evals.bench import Question
 from evals.metrics import CURVE_MAX_K, dedupe, question_metrics
 from evals.protocol import Retrieval, Retriever
 from graphs.errors import ConfigError, LoaderError
 from graphs.manifest import atomic_write_json
+from graphs.progress import ProgressReporter
 
 RESULTS_FILE = "results.jsonl"
 CONFIG_FILE = "config.json"
@@ -166,14 +166,17 @@ def check_config(method_dir: Path, config: dict[str, Any]) -> None:
 
 @contextmanager
 def _progress(enabled: bool, description: str, total: int, done: int) -> Iterator[Callable[[], None]]:
-    if not enabled:
-        yield lambda: None
-        return
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task(description, total=total, completed=done)
-        yield lambda: progress.advance(task)
+    """A bar with counts and ETA on a terminal, a periodic status line in a log (graphs.progress), or nothing."""
+    count = done
+    with ProgressReporter(quiet=not enabled) as progress:
+        progress(description, count, total)
+
+        def advance() -> None:
+            nonlocal count
+            count += 1
+            progress(description, count, total)
+
+        yield advance
 
 
 def _retrieve(retriever: Retriever, question: Question, known: Container[str] | None) -> QuestionResult:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from graphs.errors import SKBError
 from graphs.loaders import DATASETS
 from graphs.model import SKB
+from graphs.progress import ProgressReporter, print_table
 
 console = Console()
 err_console = Console(stderr=True)
@@ -47,6 +45,7 @@ def index_command(
         bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
     from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
@@ -72,20 +71,11 @@ def index_command(
             console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
             return
         t0 = time.perf_counter()
-        with console.status(f"loading dataset {dataset}..."):
+        with ProgressReporter(quiet=quiet) as progress:
+            progress("load", 0, 1)
             skb = _load(dataset, data, profile, trust_pickle)
-        load_s = time.perf_counter() - t0
-        with Progress(
-            TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(), console=err_console, transient=not sys.stderr.isatty(),
-        ) as bar:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(stage, total=max(total, 1))
-                bar.update(tasks[stage], completed=done, total=max(total, 1))
-
+            progress("load", 1, 1)
+            load_s = time.perf_counter() - t0
             summary = build_index(skb, index_dir, config, progress=progress)
         summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
         _write_fingerprint(index_dir, fingerprint)
@@ -98,19 +88,14 @@ def index_command(
     if as_json:
         print(summary.model_dump_json(indent=2))
         return
-    table = Table(title=f"index {index_dir}")
-    table.add_column("kind")
-    table.add_column("type")
-    table.add_column("count", justify="right")
-    for label, n in sorted(summary.nodes.items()):
-        table.add_row("nodes", label, f"{n:,}")
-    for rel, n in sorted(summary.edges.items()):
-        table.add_row("edges", rel, f"{n:,}")
+    rows = [["nodes", label, f"{n:,}"] for label, n in sorted(summary.nodes.items())]
+    rows += [["edges", rel, f"{n:,}"] for rel, n in sorted(summary.edges.items())]
     if summary.similarity_edges:
-        table.add_row("edges", "IS_SIMILAR", f"{summary.similarity_edges:,}")
-    console.print(table)
+        rows.append(["edges", "IS_SIMILAR", f"{summary.similarity_edges:,}"])
+    print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
-    console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+    console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB",
+                  soft_wrap=True)
 
 
 def _load(dataset: str, data: Path | None, profile: Path | None, trust_pickle: bool) -> SKB:
@@ -189,12 +174,9 @@ def search_command(
         print(json.dumps({"query": text, "mode": mode, "elapsed_ms": round(elapsed, 2),
                           "hits": [h.model_dump() for h in hits]}, indent=2))
         return
-    table = Table(title=f"{mode} search: {text!r} ({elapsed:.0f} ms)")
-    for col in ("rank", "key", "type", "name", "score"):
-        table.add_column(col, justify="right" if col in ("rank", "score") else "left")
-    for i, hit in enumerate(hits, 1):
-        table.add_row(str(i), hit.key, hit.label, hit.name, f"{hit.score:.4f}")
-    console.print(table)
+    rows = [[str(i), hit.key, hit.label, hit.name, f"{hit.score:.4f}"] for i, hit in enumerate(hits, 1)]
+    print_table(console, f"{mode} search: {text!r} ({elapsed:.0f} ms)", ["rank", "key", "type", "name", "score"],
+                rows, right=["rank", "score"])
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ Definitions (over the node types that take part in similarity edges):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -237,6 +237,7 @@ def collect_stats(
     fields: dict[str, list[str]] | None = None,
     labels: Sequence[str] | None = None,
     out_dir: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> GraphStatsReport:
     """Sweep an index's SKB; writes ``stats.json`` and ``degree_hist.png`` to ``out_dir`` (never the index)."""
     import time
@@ -254,10 +255,15 @@ def collect_stats(
         if target == index_dir or index_dir in target.parents:
             raise ConfigError(f"--out {out_dir} is inside the index {bundle.index_dir}; choose a directory outside it")
     t0 = time.perf_counter()
-    cands = compute_candidates(bundle.skb, bundle.hnsw, bundle.embedder, knn=knn, fields=fields, labels=labels)
+    cands = compute_candidates(bundle.skb, bundle.hnsw, bundle.embedder, knn=knn, fields=fields, labels=labels,
+                               progress=progress)
     t_cand = time.perf_counter() - t0
     t0 = time.perf_counter()
+    if progress is not None:
+        progress("sweep", 0, 1)
     rows, degrees = sweep(cands, percentiles, logics)
+    if progress is not None:
+        progress("sweep", 1, 1)
     t_sweep = time.perf_counter() - t0
     report = GraphStatsReport(
         index_dir=str(bundle.index_dir),

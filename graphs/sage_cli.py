@@ -11,12 +11,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from graphs.errors import ConfigError, SKBError
+from graphs.progress import ProgressReporter, print_table
 
 graph_app = typer.Typer(help="Similarity-graph (SAGE) tools.", no_args_is_help=True)
-console = Console()
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
@@ -77,6 +77,7 @@ def stats_command(
         Path | None, typer.Option(help="write stats.json and degree_hist.png here (default: runs/graph-stats/<index>)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
 ) -> None:
     """Edges, % of candidate pairs kept, average degree and density per percentile and logic (index unchanged)."""
     from graphs.bundle import IndexBundle
@@ -89,34 +90,19 @@ def stats_command(
         if knn < 1:
             raise ConfigError(f"--knn must be >= 1, got {knn}")
         out_dir = out if out is not None else Path("runs") / "graph-stats" / Path(index_dir).resolve().name
-        with IndexBundle.open(index_dir) as bundle:
-            if as_json:
-                report = collect_stats(bundle, pcts, logics, knn=knn, fields=field_map, out_dir=out_dir)  # type: ignore[arg-type]
-            else:
-                with console.status("embedding fields and searching kNN candidates..."):
-                    report = collect_stats(bundle, pcts, logics, knn=knn, fields=field_map, out_dir=out_dir)  # type: ignore[arg-type]
+        with IndexBundle.open(index_dir) as bundle, ProgressReporter(quiet=quiet) as progress:
+            report = collect_stats(bundle, pcts, logics, knn=knn, fields=field_map, out_dir=out_dir,  # type: ignore[arg-type]
+                                   progress=progress)
     except SKBError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
         raise typer.Exit(code=2) from None
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
         return
-    table = Table(title=f"SAGE similarity edges (kNN {report.knn}) -- {report.index_dir}")
-    for col in ("percentile", "logic", "edges", "% candidates kept", "avg degree", "density", "max degree",
-                "isolated %"):
-        table.add_column(col, justify="right")
-    for row in report.rows:
-        table.add_row(
-            f"{row.percentile:g}",
-            row.logic.upper(),
-            f"{row.edges:,}",
-            f"{row.kept_pct:.2f}",
-            f"{row.avg_degree:.3f}",
-            f"{row.density:.2e}",
-            str(row.max_degree),
-            f"{row.isolated_pct:.1f}",
-        )
-    console.print(table)
+    cols = ["percentile", "logic", "edges", "% candidates kept", "avg degree", "density", "max degree", "isolated %"]
+    rows = [[f"{row.percentile:g}", row.logic.upper(), f"{row.edges:,}", f"{row.kept_pct:.2f}", f"{row.avg_degree:.3f}",
+             f"{row.density:.2e}", str(row.max_degree), f"{row.isolated_pct:.1f}"] for row in report.rows]
+    print_table(console, f"SAGE similarity edges (kNN {report.knn}) -- {report.index_dir}", cols, rows, right=cols)
     fields_line = "; ".join(f"{lab}: {', '.join(fs)} ({report.nodes.get(lab, 0):,} nodes)"
                             for lab, fs in report.fields.items())
     console.print(f"fields: {fields_line}", highlight=False)
