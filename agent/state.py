@@ -8,10 +8,11 @@ notes that would bloat a chat history, yet they stay in the state for tracing an
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # pydantic (Studio's JSON schemas) needs it before Python 3.12
 
 from agent.results import AgentResult
 

@@ -320,3 +320,13 @@ def test_a_short_context_says_why(hpo_bundle: Any) -> None:
         config=AgentConfig(k=5, k_prime=0, policy="never"),
     )
     assert filled.notes == [] and len(filled.context) == 5
+
+
+def test_compiled_graph_declares_input_output_and_config_schemas(hpo_bundle: Any) -> None:
+    """LangGraph Studio renders these: the question in, the result out, AgentConfig's knobs as config."""
+    graph = build_agent(config(), hpo_bundle)
+    assert set(graph.get_input_jsonschema()["properties"]) == {"question", "messages"}
+    assert set(graph.get_output_jsonschema()["properties"]) == {"question", "result", "messages"}
+    knobs = graph.get_context_jsonschema()["properties"]
+    assert {"k", "k_prime", "per_call_k", "tool_output_tokens", "max_parallel_tools", "planner"} <= set(knobs)
+    assert knobs["tool_output_tokens"]["default"] == 1500
