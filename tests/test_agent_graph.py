@@ -327,6 +327,8 @@ def test_compiled_graph_declares_input_output_and_config_schemas(hpo_bundle: Any
     graph = build_agent(config(), hpo_bundle)
     assert set(graph.get_input_jsonschema()["properties"]) == {"question", "messages"}
     assert set(graph.get_output_jsonschema()["properties"]) == {"question", "result", "messages"}
-    knobs = graph.get_context_jsonschema()["properties"]
+    context = graph.get_context_jsonschema()
+    assert context is not None
+    knobs = context["properties"]
     assert {"k", "k_prime", "per_call_k", "tool_output_tokens", "max_parallel_tools", "planner"} <= set(knobs)
     assert knobs["tool_output_tokens"]["default"] == 1500
