@@ -112,7 +112,6 @@ from graphs.cli import register as _register_graphs
 _register_graphs(app)
 
 
-from agent.mcp_server import mcp_command as _mcp_command
 from agent.trace_cli import trace_app as _trace_app
 from evals.cli import eval_app as _eval_app
 from graphs.sage_cli import graph_app as _graph_app
@@ -120,4 +119,21 @@ from graphs.sage_cli import graph_app as _graph_app
 app.add_typer(_eval_app, name="eval")
 app.add_typer(_graph_app, name="graph")
 app.add_typer(_trace_app, name="trace")
-app.command("mcp")(_mcp_command)
+
+
+@app.command(
+    "mcp",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def _mcp(ctx: typer.Context) -> None:
+    """Serve the retriever over MCP (stdio or HTTP); `skb mcp --help` lists its options.
+
+    Why a forwarder: importing the MCP SDK costs over a second, and every other `skb` command
+    (ask, search) paid it at start. The real command is built only when `skb mcp` runs.
+    """
+    from agent.mcp_server import mcp_command
+
+    sub = typer.Typer(add_completion=False)
+    sub.command()(mcp_command)
+    sub(args=list(ctx.args), prog_name="skb mcp")

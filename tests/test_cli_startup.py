@@ -1,0 +1,37 @@
+"""What a cold `skb` process imports before it does any work (issue 12: start in a blink).
+
+Import cost is paid on every command; heavy modules must load only for the command that needs them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return set(out.stdout.split())
+
+
+def test_cli_import_does_not_load_the_mcp_sdk() -> None:
+    mods = _modules_after("from agent.cli import app")
+    assert "agent.cli" in mods
+    assert "mcp" not in mods and "agent.mcp_server" not in mods
+
+
+def test_mcp_command_still_registered_and_forwards_options() -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    result = CliRunner().invoke(app, ["mcp", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "--index-dir" in result.output and "--transport" in result.output
+    bad = CliRunner().invoke(app, ["mcp", "--transport", "carrier-pigeon", "--index-dir", "/nonexistent"])
+    assert bad.exit_code != 0
