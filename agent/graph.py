@@ -57,9 +57,6 @@ from tools.common import schema_of
 from tools.results import (
     CHARS_PER_TOKEN,
     Finish,
-    Neighborhood,
-    Rows,
-    SemanticHits,
     ToolError,
     estimate_tokens,
     parse_result,
@@ -138,27 +135,17 @@ def _add_evidence(
 
 
 def merge_observation(pool: dict[str, Candidate], result: ToolResultT | None, bundle: IndexBundle) -> int:
-    """Fold one typed tool result into the pool; returns how many nodes it added evidence for."""
+    """Fold one typed tool result into the pool; returns how many nodes it added evidence for.
+
+    Each result kind says itself what evidence it carries (``evidence``), so a new tool needs no
+    branch here."""
     if result is None or result.is_error:
         return 0
     prov = result.provenance.model_dump()
-    nodes = bundle.skb.nodes
-    if isinstance(result, SemanticHits):
-        for hit in result.hits:
-            _add_evidence(pool, hit.key, hit.label, hit.score, prov)
-        return len(result.hits)
-    if isinstance(result, Neighborhood):
-        for neighbor in result.neighbors:
-            score = max(neighbor.score if neighbor.score is not None else 0.5, 0.0)
-            _add_evidence(pool, neighbor.key, neighbor.label, score, prov, support=len(neighbor.seeds))
-        return len(result.neighbors)
-    if isinstance(result, Rows):
-        found = [key for key in result.found_keys() if key in nodes]
-        n = max(len(found), 1)
-        for i, key in enumerate(found):
-            _add_evidence(pool, key, nodes[key].label, 1.0 - 0.5 * i / n, prov)
-        return len(found)
-    return 0
+    items = result.evidence(bundle.skb.nodes)
+    for item in items:
+        _add_evidence(pool, item.key, item.label, item.score, prov, support=item.support)
+    return len(items)
 
 
 def select_seeds(

@@ -5,6 +5,7 @@ text), and a model-facing text that is compact JSON within its token budget."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -159,3 +160,13 @@ def test_hostile_echoed_input_is_cut_and_the_text_stays_json() -> None:
     text = result.model_text(300)
     assert estimate_tokens(text) <= 300
     assert json.loads(text)["unknown_keys"][1] == "y"
+
+
+def test_each_result_kind_states_its_own_evidence() -> None:
+    """The agent's pool merge has no per-tool branches: results say what they support."""
+    nodes = {"A": SimpleNamespace(label="Disease"), "B": SimpleNamespace(label="Gene")}
+    [ev] = hood(1, ["HAS_PHENOTYPE"]).evidence(nodes)
+    assert (ev.key, ev.score, ev.support) == ("D:0", 0.5, 2)  # reached from two keys
+    rows = Rows(provenance=PROV, columns=["k"], rows=[["A"], ["nope"], ["B"]])
+    assert [(e.key, e.label, e.score) for e in rows.evidence(nodes)] == [("A", "Disease", 1.0), ("B", "Gene", 0.75)]
+    assert Finish(provenance=PROV, keys=["A"]).evidence(nodes) == []

@@ -95,6 +95,15 @@ def _shrink(value: Any, chars: int) -> Any:
     return value
 
 
+class Evidence(BaseModel):
+    """One node a result supports as a candidate answer: how strongly, and from how many sources."""
+
+    key: str
+    label: str
+    score: float
+    support: int = 1
+
+
 class ToolProvenance(BaseModel):
     """Which tool call, in which step, with which query produced a result (applies to every node it names)."""
 
@@ -127,6 +136,10 @@ class _Result(BaseModel):
         """Node keys this result names as findings (not the keys it was asked about), in result order."""
         return []
 
+    def evidence(self, nodes: Mapping[str, Any]) -> list[Evidence]:
+        """The candidate evidence this result adds to the agent's pool (``nodes``: the graph's nodes by key)."""
+        return []
+
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
         raise NotImplementedError
 
@@ -147,6 +160,9 @@ class SemanticHits(_Result):
 
     def found_keys(self) -> list[str]:
         return [h.key for h in self.hits]
+
+    def evidence(self, nodes: Mapping[str, Any]) -> list[Evidence]:
+        return [Evidence(key=h.key, label=h.label, score=h.score) for h in self.hits]
 
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
         items = (
@@ -198,6 +214,15 @@ class Neighborhood(_Result):
     def found_keys(self) -> list[str]:
         return [n.key for n in self.neighbors]
 
+    def evidence(self, nodes: Mapping[str, Any]) -> list[Evidence]:
+        """A neighbour reached from several keys is supported by each (unranked neighbours score 0.5)."""
+        return [
+            Evidence(
+                key=n.key, label=n.label, score=max(n.score if n.score is not None else 0.5, 0.0), support=len(n.seeds)
+            )
+            for n in self.neighbors
+        ]
+
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
         def items() -> Iterator[dict[str, Any]]:  # lazily: only what fits is rendered
             for n in self.neighbors:
@@ -244,6 +269,12 @@ class Rows(_Result):
                     if key not in found:
                         found.append(key)
         return found
+
+    def evidence(self, nodes: Mapping[str, Any]) -> list[Evidence]:
+        """Cells that are node keys, in row order, scored from 1.0 down to 0.5 (queries order their rows)."""
+        found = [key for key in self.found_keys() if key in nodes]
+        n = max(len(found), 1)
+        return [Evidence(key=k, label=nodes[k].label, score=1.0 - 0.5 * i / n) for i, k in enumerate(found)]
 
     def model_text(self, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
         head = {"columns": self.columns, "truncated": self.truncated}
@@ -375,6 +406,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_BUDGET_TOKENS",
     "RESULT_TYPES",
+    "Evidence",
     "Finish",
     "Neighbor",
     "Neighborhood",
