@@ -4,15 +4,16 @@ at the bottom (graphs: `index`, `search`; evals: `eval`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from langchain_core.runnables import RunnableConfig
 from rich.console import Console
 
-from agent.tracing import callbacks_for
 from graphs.errors import SKBError
 from graphs.progress import print_table
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 app = typer.Typer(
     name="skb",
@@ -33,6 +34,8 @@ def _fail(exc: SKBError) -> typer.Exit:
 
 def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
     """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on."""
+    from agent.tracing import callbacks_for  # langsmith's tracer types: only `ask` pays for them
+
     callbacks = callbacks_for(index_dir, enabled=trace)
     return {"callbacks": callbacks, "run_name": "skb ask"} if callbacks else {}
 
@@ -112,13 +115,11 @@ from graphs.cli import register as _register_graphs
 _register_graphs(app)
 
 
-from agent.trace_cli import trace_app as _trace_app
 from evals.cli import eval_app as _eval_app
 from graphs.sage_cli import graph_app as _graph_app
 
 app.add_typer(_eval_app, name="eval")
 app.add_typer(_graph_app, name="graph")
-app.add_typer(_trace_app, name="trace")
 
 
 @app.command(
@@ -137,3 +138,18 @@ def _mcp(ctx: typer.Context) -> None:
     sub = typer.Typer(add_completion=False)
     sub.command()(mcp_command)
     sub(args=list(ctx.args), prog_name="skb mcp")
+
+
+@app.command(
+    "trace",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def _trace(ctx: typer.Context) -> None:
+    """Inspect recorded `skb ask` runs (list, show, html); `skb trace --help` lists the subcommands.
+
+    A forwarder for the same reason as `mcp`: the trace viewer imports langsmith's tracer types.
+    """
+    from agent.trace_cli import trace_app
+
+    trace_app(args=list(ctx.args), prog_name="skb trace")

@@ -23,6 +23,8 @@ def test_cli_import_does_not_load_the_mcp_sdk() -> None:
     mods = _modules_after("from agent.cli import app")
     assert "agent.cli" in mods
     assert "mcp" not in mods and "agent.mcp_server" not in mods
+    # tracing (langsmith run trees) loads for `ask` and `trace` only, not for `search` or `index`
+    assert "agent.trace_cli" not in mods and "langsmith.run_trees" not in mods
 
 
 def test_mcp_command_still_registered_and_forwards_options() -> None:
@@ -35,3 +37,16 @@ def test_mcp_command_still_registered_and_forwards_options() -> None:
     assert "--index-dir" in result.output and "--transport" in result.output
     bad = CliRunner().invoke(app, ["mcp", "--transport", "carrier-pigeon", "--index-dir", "/nonexistent"])
     assert bad.exit_code != 0
+
+
+def test_trace_command_forwards_to_the_trace_app(tmp_path: object) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    result = CliRunner().invoke(app, ["trace", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "list" in result.output and "show" in result.output
+    # options reach the trace app: its own clean error for an index without traces
+    listed = CliRunner().invoke(app, ["trace", "list", "--index-dir", str(tmp_path), "--json"])
+    assert listed.exit_code == 2 and "no trace database" in listed.output, listed.output
