@@ -40,7 +40,7 @@ import numpy as np
 from agent.linking import FRAME_WORDS
 from graphs.loaders.profiles import Profile, profile_for
 from graphs.model import SKB
-from graphs.store.props import quote_name
+from graphs.store.aggregate import path_walk_query
 
 Direction = Literal["out", "in"]
 
@@ -132,23 +132,10 @@ def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
 def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
     """One read-only Cypher query walking ``path`` from the node ``$key``; the topic is never an answer.
 
-    Names come from the schema and are quoted; intermediate and end nodes must differ from the
-    topic node (a path that returns to the topic is not "another" movie/person). Rows: end node
-    key and the number of distinct walks reaching it (more walks = better supported), best first.
+    The text is built in the store layer (``graphs.store.aggregate.path_walk_query``): labels and
+    relation types cannot be parameters, and query text is assembled only there, from schema names.
     """
-    parts = [f"(s:{quote_name(start_label)} {{key: $key}})"]
-    names = []
-    for i, hop in enumerate(path, 1):
-        name = f"n{i}"
-        names.append(name)
-        rel = f"[:{quote_name(hop.rel)}]"
-        parts.append(f"-{rel}->({name})" if hop.direction == "out" else f"<-{rel}-({name})")
-    where = " AND ".join(f"{n} <> s" for n in names)
-    end = names[-1]
-    return (
-        f"MATCH {''.join(parts)} WHERE {where} "
-        f"RETURN {end}.key AS key, count(*) AS walks ORDER BY walks DESC, key LIMIT {int(limit)}"
-    )
+    return path_walk_query(start_label, [(hop.rel, hop.direction) for hop in path], limit)
 
 
 class PathPlanner:

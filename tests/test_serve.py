@@ -73,7 +73,7 @@ def test_stream_updates_and_answer_messages(hpo_bundle: Any, tmp_path: Path) -> 
             message, metadata = chunk
             if metadata.get("langgraph_node") == "finalize" and isinstance(message, AIMessage):
                 answer_parts.append(str(message.content))
-    assert steps[:3] == ["link_entities", "plan", "act"] and steps[-1] == "finalize"
+    assert steps[:3] == ["link_entities", "plan", "call_planner"] and steps[-1] == "finalize"
     final = graph.get_state(_thread("s")).values["result"]
     assert "".join(answer_parts) == final.answer and "Apert syndrome" in final.answer
 

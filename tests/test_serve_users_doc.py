@@ -55,7 +55,7 @@ def test_stream_block(doc_env: Path) -> None:
 def test_trace_block_and_trace_commands(doc_env: Path, tmp_path: Path) -> None:
     out = run_block("trace", doc_env)
     run_id = out.split()[0]
-    assert "['link_entities', 'plan', 'act'" in out and out.strip().endswith("{}")
+    assert "['link_entities', 'plan', 'call_planner'" in out and out.strip().endswith("{}")
     # the shell lines of the same section, through the trace CLI
     lines = [ln for ln in DOC.read_text().splitlines() if ln.startswith("skb trace ")]
     assert [ln.split()[2] for ln in lines] == ["list", "show", "html"]

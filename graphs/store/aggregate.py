@@ -9,6 +9,7 @@ through the read-only ``GraphStore.query`` path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from graphs.store.props import quote_name
@@ -54,3 +55,25 @@ def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int)
     if rel_types is not None and len(rel_types) == 1:
         params["rel"] = rel_types[0]
     return params
+
+
+def path_walk_query(start_label: str, hops: Sequence[tuple[str, Literal["out", "in"]]], limit: int) -> str:
+    """One read-only Cypher query walking ``hops`` (relation, direction) from the node ``$key``.
+
+    Names come from the schema and are backtick-quoted; intermediate and end nodes must differ from
+    the topic node (a path that returns to the topic is not "another" answer). Rows: end node key and
+    the number of distinct walks reaching it (more walks = better supported), best first.
+    """
+    parts = [f"(s:{quote_name(start_label)} {{key: $key}})"]
+    names = []
+    for i, (rel, direction) in enumerate(hops, 1):
+        name = f"n{i}"
+        names.append(name)
+        pattern = f"[:{quote_name(rel)}]"
+        parts.append(f"-{pattern}->({name})" if direction == "out" else f"<-{pattern}-({name})")
+    where = " AND ".join(f"{n} <> s" for n in names)
+    end = names[-1]
+    return (
+        f"MATCH {''.join(parts)} WHERE {where} "
+        f"RETURN {end}.key AS key, count(*) AS walks ORDER BY walks DESC, key LIMIT {int(limit)}"
+    )
