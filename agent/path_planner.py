@@ -494,7 +494,9 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
         return None
     question = str(plan.get("question") or "")
     linked = [e for e in plan.get("linked_entities") or [] if isinstance(e, Mapping)]
-    topic = choose_topic(question, linked)
+    from agent.topic_choice import choose_topic_for_paths  # imports this module
+
+    topic = choose_topic_for_paths(question, linked, planner)
     if topic is None or str(topic.get("key")) not in bundle.skb.nodes:
         return None
     start = _plan_start(messages)
