@@ -334,7 +334,8 @@ class PathPlanner:
         return cands
 
     def predict(
-        self, question: str, key: str, mention: str | None = None, top: int = 3, qvec: np.ndarray | None = None
+        self, question: str, key: str, mention: str | None = None, top: int = 3, qvec: np.ndarray | None = None,
+        wording_only: bool = False,
     ) -> list[ScoredPath]:
         """The ``top`` best paths from node ``key`` for the question, best first.
 
@@ -374,7 +375,7 @@ class PathPlanner:
         clear = len(cands.paths) == 1 or total[ranked[0]] - total[ranked[1]] >= weights.embed_margin
         rend: np.ndarray | None = None
         ex_best: np.ndarray | None = None
-        if not clear or qvec is not None:
+        if (not clear or qvec is not None) and not wording_only:  # wording_only: topic_choice's cheap comparison
             if qvec is None:
                 embedder = getattr(self.embedder, "inner", self.embedder)
                 qvec = np.asarray(embedder.embed_query(masked), dtype=np.float32)

@@ -92,7 +92,8 @@ def choose_topic_for_paths(
     best_i, best_score = order[0], float("-inf")
     for i in order:
         ent = present[i]
-        scored = planner.predict(question, str(ent["key"]), str(ent.get("mention") or "") or None, top=1)
+        scored = planner.predict(question, str(ent["key"]), str(ent.get("mention") or "") or None, top=1,
+                                 wording_only=True)
         total = priors[i] + (_wording(scored[0], planner) if scored else -1.0)
         if total > best_score:
             best_i, best_score = i, total
