@@ -157,6 +157,8 @@ class AnnotationModel:
     """Default share of frequency-weighted matches in ``score`` (the profile's ``scoring.frequency_mix``)."""
     size_penalty: float = 0.5
     """Default penalty per log annotation count in ``score`` (the profile's ``scoring.size_penalty``)."""
+    symmetric: float = 0.0
+    """Default weight of the target->query match in ``score`` (the profile's ``scoring.symmetric``)."""
     _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     # -- hierarchy -----------------------------------------------------------------
@@ -219,7 +221,7 @@ class AnnotationModel:
         *,
         frequency_mix: float | None = None,
         size_penalty: float | None = None,
-        symmetric: float = 0.0,
+        symmetric: float | None = None,
     ) -> np.ndarray:
         """Score every target for a set of query terms (higher is better).
 
@@ -232,6 +234,7 @@ class AnnotationModel:
         """
         frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
         size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        symmetric = self.symmetric if symmetric is None else symmetric
         qids = list(dict.fromkeys(self.term_ids(query_keys)))
         if not qids:
             return np.zeros(len(self.targets), dtype=np.float32)
@@ -375,6 +378,7 @@ def build_model(
         annotation=annotation,
         frequency_mix=scoring.frequency_mix,
         size_penalty=scoring.size_penalty,
+        symmetric=scoring.symmetric,
     )
 
 

@@ -257,3 +257,20 @@ def test_gene_question_scores_genes_through_their_diseases(hpo_bundle: Any) -> N
         msgs.extend(_run_tools(tools, reply, question, step))
     finish = msgs[-1].tool_calls[0]["args"]  # type: ignore[attr-defined]
     assert finish["keys"][0] == "FGFR2"
+
+
+def test_symmetric_weight_from_the_profile_rewards_targets_the_query_explains() -> None:
+    """The profile's ``scoring.symmetric`` adds the mean target->query best match (times the query size)."""
+    skb = tiny_skb()
+    skb.profile = Profile(
+        scoring=ScoringSpec(edge_weight_property="freq", frequency_mix=0.0, size_penalty=0.0, symmetric=1.0)
+    )
+    model = model_for(skb, "Item", "Term")
+    assert model is not None and model.symmetric == 1.0
+    s = _scores(model, ["A1"])
+    # I1 {A1}: A1 explains A1 fully both ways. I4 {A1, B1}: B1's best match in the query is the root (0),
+    # so its mean is halved. I2 {A2}: A2 and A1 meet at A both ways. I3 {B1}: only the root.
+    expected = {"I1": 2 * IC["A1"], "I2": 2 * IC["A"], "I3": 0.0, "I4": IC["A1"] + IC["A1"] / 2}
+    assert s == pytest.approx(expected, abs=1e-6)
+    assert s["I1"] > s["I4"]  # without the symmetric term (and no size penalty) they tie
+    assert _scores(model, ["A1"], symmetric=0.0)["I1"] == pytest.approx(_scores(model, ["A1"], symmetric=0.0)["I4"])

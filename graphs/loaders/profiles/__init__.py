@@ -37,6 +37,7 @@ Format (all sections optional except what a triples file needs: ``relations`` wi
     edge_weight_property = "freq"        # numeric edge property in [0, 1] weighting annotations
     frequency_mix = 0.1
     size_penalty = 0.5
+    symmetric = 0.0                      # weight of the target->query best-match mean
 
     [planner]
     relation_paths = true                # predict multi-hop relation paths from the wording
@@ -132,6 +133,9 @@ class ScoringSpec(_Strict):
     edge_weight_property: str | None = None
     frequency_mix: float = Field(default=0.1, ge=0.0, le=1.0)
     size_penalty: float = Field(default=0.5, ge=0.0)
+    symmetric: float = Field(default=0.0, ge=0.0)
+    """Weight of the target->query match (mean over a target's annotations of their best match in the
+    query, times the query size): rewards targets whose own annotations the question explains."""
 
 
 class PlannerSpec(_Strict):
