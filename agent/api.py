@@ -90,7 +90,8 @@ def ask(
 ) -> AgentResult:
     """Answer one question: the ranked k + k' context with provenance and an answer message."""
     graph = _agent_for(bundle, config, chat_model)
-    return _result(graph.invoke({"question": question}, run_config))
+    with bundle.pinned():  # one build per question, checked once (not per attribute access)
+        return _result(graph.invoke({"question": question}, run_config))
 
 
 async def aask(
@@ -102,4 +103,5 @@ async def aask(
     run_config: RunnableConfig | None = None,
 ) -> AgentResult:
     graph = _agent_for(bundle, config, chat_model)
-    return _result(await graph.ainvoke({"question": question}, run_config))
+    with bundle.pinned():  # the context (and so the pin) follows the awaited tasks
+        return _result(await graph.ainvoke({"question": question}, run_config))

@@ -8,11 +8,13 @@ shared across questions and threads.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gzip
 import json
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -38,6 +40,13 @@ class SearchHit(BaseModel):
     name: str
     score: float
     source: str
+
+
+_PINNED: contextvars.ContextVar[dict[int, _Parts] | None] = contextvars.ContextVar("skb_pinned_parts", default=None)
+"""The parts each bundle serves inside ``IndexBundle.pinned()``, keyed by ``id(bundle)``.
+
+A context variable rather than a thread-local: LangChain/LangGraph executors copy the context into
+their worker threads, so a question's concurrent tool calls see the same pinned build."""
 
 
 class IndexBundle:
@@ -96,7 +105,37 @@ class IndexBundle:
     def bm25(self) -> BM25Index:
         return self._current().bm25
 
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Serve one build, checked once, for everything run inside (one question).
+
+        Without a pin every access stats the manifest (tens of thousands of ``stat`` calls per
+        question set); inside, the build is checked on entry and then held, so a question never
+        mixes two generations even if a rebuild lands midway -- the next question sees the new one.
+        Nested pins of the same bundle keep the outer one.
+        """
+        held = _PINNED.get()
+        if held is not None and id(self) in held:
+            yield
+            return
+        token = _PINNED.set({**(held or {}), id(self): self._current()})
+        try:
+            yield
+        finally:
+            _PINNED.reset(token)
+
     def _current(self) -> _Parts:
+        held = _PINNED.get()
+        if held is not None:
+            pinned = held.get(id(self))
+            if pinned is not None:
+                if pinned.skb is not self._parts.skb:  # another caller followed a rebuild meanwhile
+                    from graphs.errors import IndexMismatchError
+
+                    raise IndexMismatchError(
+                        f"the index at {self.index_dir} was rebuilt while this question ran; ask it again"
+                    )
+                return pinned
         parts = self._parts
         try:
             st = os.stat(self._manifest_path)
