@@ -105,6 +105,17 @@ class _Token:
     boundary_before: bool  # a comma/semicolon/sentence break precedes this token
 
 
+def _abbrev(tokens: list[_Token], nxt: str) -> bool:
+    """Whether a ". " after the last token is an initial or short title inside a name, not a sentence end.
+
+    Why: without brackets, "written by John N. Smith" or "Looking for Mr. Goodbar" must stay one span.
+    """
+    if not tokens or not nxt[:1].isupper():
+        return False
+    prev = tokens[-1].raw
+    return prev[:1].isupper() and len(prev) <= 3
+
+
 def _tokenise(question: str) -> list[_Token]:
     tokens: list[_Token] = []
     last_end = 0
@@ -112,7 +123,7 @@ def _tokenise(question: str) -> list[_Token]:
         raw = m.group(0)
         raw = raw.removesuffix("'s")
         gap = question[last_end : m.start()]
-        boundary = bool(re.search(r"[,;?!]|\.\s", gap)) or not tokens
+        boundary = bool(re.search(r"[,;?!]", gap) or (re.search(r"\.\s", gap) and not _abbrev(tokens, raw))) or not tokens
         for norm in normalise(raw) or [""]:
             if norm:
                 tokens.append(_Token(norm, raw, m.start(), m.start() + len(raw), boundary))

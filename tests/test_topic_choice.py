@@ -111,3 +111,12 @@ def test_bracketed_question_keeps_the_bracket_rule(bundle: Any) -> None:
     assert topic is not None and topic["key"] == "Pad Thai"
     topic = choose_topic_for_paths("which recipes use [Lime]", linked, planner)
     assert topic is not None and topic["key"] == "Lime"
+
+
+def test_initials_and_short_titles_do_not_split_an_unbracketed_name() -> None:
+    from agent.linking import _tokenise
+
+    tokens = _tokenise("the recipes created by Bo N. Chen use what. Which chef cooks Mr. Lime")
+    starts = {t.raw: t.boundary_before for t in tokens}
+    assert starts["Chen"] is False and starts["Lime"] is False  # "N." and "Mr." are inside names
+    assert starts["Which"] is True  # a real sentence end still cuts
