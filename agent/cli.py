@@ -43,7 +43,7 @@ def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
 @app.command("ask")
 def ask_command(
     question: Annotated[str, typer.Argument(help="the question, in natural language")],
-    index_dir: Annotated[Path, typer.Option(help="index directory (built by `skb index`)")] = Path(".skb/hpo"),
+    index_dir: Annotated[Path, typer.Option(help="index directory (built by `skb index`)", envvar="SKB_INDEX_DIR")],
     planner: Annotated[str, typer.Option(help="offline | openai")] = "offline",
     k: Annotated[int, typer.Option(help="seed context size", min=1, max=1000)] = 20,
     k_prime: Annotated[int, typer.Option("--k-prime", help="SAGE expansion size", min=0, max=1000)] = 10,

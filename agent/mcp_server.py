@@ -384,9 +384,9 @@ def run(
 
 
 def mcp_command(
-    index_dir: Annotated[Path, typer.Option("--index-dir", help="index directory (built by `skb index`)")] = Path(
-        ".skb/hpo"
-    ),
+    index_dir: Annotated[
+        Path, typer.Option("--index-dir", help="index directory (built by `skb index`)", envvar="SKB_INDEX_DIR")
+    ],
     transport: Annotated[str, typer.Option("--transport", help="stdio | http (streamable HTTP)")] = "stdio",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP port (http transport)")] = 8765,
     host: Annotated[

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 INDEX_DIR_ENV = "SKB_INDEX_DIR"
 THREADS_DB_ENV = "SKB_THREADS_DB"
-DEFAULT_INDEX_DIR = ".skb/hpo"
 THREADS_FILE = "threads.sqlite"
 
 #: Types of ours that live in checkpointed state; the serializer must be allowed to restore them.
@@ -105,7 +104,14 @@ def sqlite_checkpointer(path: Path | str) -> SqliteSaver:
 
 
 def default_index_dir() -> Path:
-    return Path(os.environ.get(INDEX_DIR_ENV) or DEFAULT_INDEX_DIR)
+    """``$SKB_INDEX_DIR``: the server factories take no arguments, so the index comes from the environment."""
+    value = os.environ.get(INDEX_DIR_ENV)
+    if not value:
+        raise ConfigError(
+            f"no index directory: set {INDEX_DIR_ENV} to an index built by `skb index` "
+            f"(e.g. {INDEX_DIR_ENV}=.skb/hpo langgraph dev) or pass index_dir"
+        )
+    return Path(value)
 
 
 def default_threads_db(index_dir: Path) -> Path:
@@ -155,7 +161,7 @@ def _bundle_for(index_dir: Path) -> IndexBundle:
 
 
 def load_graph(index_dir: Path | str | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The chat agent over ``index_dir`` (default `$SKB_INDEX_DIR`, else `.skb/hpo`) without a
+    """The chat agent over ``index_dir`` (default `$SKB_INDEX_DIR`; unset is a ConfigError) without a
     checkpointer, with local tracing; built once per index and shared (the graph is reentrant)."""
     from agent.tracing import callbacks_for
 

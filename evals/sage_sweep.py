@@ -47,7 +47,7 @@ def _score(bundle: IndexBundle, questions: list[Any], config: AgentConfig) -> di
 @app.command()
 def main(
     bench: Annotated[Path, typer.Option(help="benchmark CSV")],
-    index_dir: Annotated[Path, typer.Option(help="index directory")] = Path(".skb/hpo"),
+    index_dir: Annotated[Path, typer.Option(help="index directory", envvar="SKB_INDEX_DIR")],
     percentiles: Annotated[str, typer.Option(help="comma-separated percentiles")] = "90,95,97,99",
     logic: Annotated[str, typer.Option(help="or | and")] = "or",
     field_embedder: Annotated[str, typer.Option(help="embedder for the field texts")] = "minilm",

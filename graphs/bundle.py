@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel
 
 from graphs.errors import ConfigError, IndexNotFoundError
+from graphs.loaders import DATASETS
 from graphs.model import SKB, GraphSchema, Node
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ class IndexBundle:
         if not (index_dir / "manifest.json").exists():
             raise IndexNotFoundError(
                 f"no index at {index_dir} (manifest.json missing); build one with "
-                f"`skb index --dataset hpo --index-dir {index_dir}`"
+                f"`skb index --dataset <{'|'.join(DATASETS)}> --data PATH --index-dir {index_dir}`"
             )
         stamp = _manifest_stamp(index_dir)  # before reading: a swap after this is seen on the next access
         manifest = Manifest.read(index_dir)

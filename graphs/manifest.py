@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from graphs.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from graphs.loaders import DATASETS
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -290,7 +291,7 @@ class Manifest(BaseModel):
             where = "does not exist" if not index_dir.exists() else f"has no {MANIFEST_NAME}"
             raise IndexNotFoundError(
                 f"no index at {index_dir} (the directory {where}) -- build one with `skb index` "
-                f"(e.g. `skb index --dataset hpo --out {index_dir}`)"
+                f"(`skb index --dataset <{'|'.join(DATASETS)}> --data PATH --index-dir {index_dir}`)"
             )
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))

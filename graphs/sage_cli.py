@@ -66,7 +66,7 @@ def _parse_fields(items: list[str] | None) -> dict[str, list[str]] | None:
 
 @graph_app.command("stats")
 def stats_command(
-    index_dir: Annotated[Path, typer.Option(help="an index built by `skb index`")] = Path(".skb/hpo"),
+    index_dir: Annotated[Path, typer.Option(help="an index built by `skb index`", envvar="SKB_INDEX_DIR")],
     percentiles: Annotated[str, typer.Option(help="comma-separated percentiles")] = "90,95,97,99",
     logic: Annotated[str, typer.Option(help="or, and, or both: or,and")] = "or,and",
     knn: Annotated[int, typer.Option(help="neighbours per node in the candidate kNN graph")] = 20,

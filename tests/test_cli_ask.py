@@ -24,6 +24,29 @@ def test_missing_index_is_a_clean_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.output + result.stderr
 
 
+@pytest.mark.parametrize("argv", [["ask", "anything"], ["search", "anything"], ["index"]])
+def test_no_index_dir_and_no_dataset_have_no_silent_default(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No command falls back to a dataset-specific index or dataset: the option (or $SKB_INDEX_DIR) is required."""
+    monkeypatch.delenv("SKB_INDEX_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert "Missing option" in result.stderr
+    assert "--index-dir" in result.stderr or "--dataset" in result.stderr
+    assert not (tmp_path / ".skb").exists()
+
+
+def test_index_dir_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKB_INDEX_DIR", str(tmp_path / "nope"))
+    result = runner.invoke(app, ["ask", "anything"])
+    assert result.exit_code == 2
+    flat = " ".join(result.stderr.split())
+    assert f"no index at {tmp_path / 'nope'}" in flat
+    assert "--dataset <hpo|jsonl|stark|docs|triples|metaqa>" in flat
+
+
 def test_bad_option_is_a_clean_error(hpo_index_dir: Path) -> None:
     result = runner.invoke(app, ["ask", "x", "--index-dir", str(hpo_index_dir), "--policy", "sometimes"])
     assert result.exit_code == 2
