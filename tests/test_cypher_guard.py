@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from agent.path_planner import Hop, walk_query
 from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
+from graphs.store.aggregate import aggregation_query
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
     MAX_PARAM_DEPTH,
@@ -27,7 +28,6 @@ from graphs.store.cypher_guard import (
     extract_refs,
 )
 from tests.store_fixtures import tiny_skb
-from tools.search_nodes import aggregation_query
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "cypher_guard_cases.json").read_text())
 SCHEMA = tiny_skb().schema()

@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 import pytest
 
+from graphs.errors import CypherValidationError, ReadOnlyViolationError
 from graphs.model import SKB
-from graphs.store.aggregate import aggregation_params, aggregation_query
+from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggregation_query
 from graphs.store.base import GraphStore
 from graphs.store.falkordb_store import FalkorDBStore
 from tests.store_fixtures import tiny_skb
@@ -56,14 +57,15 @@ def run(
     target: str | None,
     limit: int = 100,
     weight: str | None = None,
-) -> list[list[Any]]:
-    cypher = aggregation_query(label, rels, direction, target, weight)
-    return store.query(cypher, aggregation_params(keys, rels, limit)).rows
+) -> list[NeighborAggregate]:
+    return store.aggregate_neighbors(
+        label, keys, rel_types=rels, direction=direction, target_label=target, weight_property=weight, limit=limit
+    )
 
 
-def normalised(rows: list[list[Any]]) -> list[tuple[str, list[str], list[str], int]]:
+def normalised(rows: list[NeighborAggregate]) -> list[tuple[str, list[str], list[str], int]]:
     """(key, distinct seeds, relation types, edge count); the query repeats a seed per parallel edge."""
-    return [(str(k), sorted(set(map(str, s))), sorted(map(str, r)), int(p)) for k, s, r, p, _ in rows]
+    return [(r.key, sorted(set(r.seeds)), sorted(r.rels), r.paths) for r in rows]
 
 
 #: (seed label, keys, rel types, direction, target label): no self-loops seen from both ends
@@ -111,6 +113,51 @@ def test_limit_and_order_are_applied_by_the_server(store: FalkorDBStore) -> None
 
 def test_weight_property_sums_numbers_and_counts_missing_as_zero(store: FalkorDBStore) -> None:
     rows = run(store, "Gene", ["SCN1A"], None, "both", None, weight="score")
-    assert [(r[0], r[4]) for r in rows] == [("OMIM:1", 0.0)]  # edges carry no `score`: zero, not an error
+    assert [(r.key, r.weight) for r in rows] == [("OMIM:1", 0.0)]  # edges carry no `score`: zero, not an error
     none = run(store, "Gene", ["SCN1A"], None, "both", None)
-    assert none[0][4] is None
+    assert none[0].weight is None
+
+
+def test_columns_the_caller_knows_are_not_returned(store: FalkorDBStore) -> None:
+    """One relation type and no weight: the server returns key, seeds, paths only (the rest is filled in)."""
+    cypher = aggregation_query("Disease", ["HAS_PHENOTYPE"], "out", "Phenotype")
+    result = store.query(cypher, aggregation_params(["OMIM:1"], ["HAS_PHENOTYPE"], 10))
+    assert result.columns == ["key", "seeds", "paths"]
+    rows = run(store, "Disease", ["OMIM:1"], ["HAS_PHENOTYPE"], "out", "Phenotype", limit=10)
+    assert [r.key for r in rows] == [str(r[0]) for r in result.rows]
+    assert all(r.rels == ["HAS_PHENOTYPE"] and r.weight is None for r in rows)
+    both = aggregation_query("Disease", None, "out", None, "score")
+    assert store.query(both, aggregation_params(["OMIM:1"], None, 10)).columns == [
+        "key",
+        "seeds",
+        "paths",
+        "rels",
+        "weight",
+    ]
+
+
+def test_unknown_names_are_errors_naming_the_valid_ones(store: FalkorDBStore) -> None:
+    with pytest.raises(CypherValidationError, match="valid types"):
+        run(store, "Disease", ["OMIM:1"], ["NOPE"], "out", None)
+    with pytest.raises(CypherValidationError, match="valid labels"):
+        run(store, "Disease", ["OMIM:1"], None, "out", "Nope")
+    with pytest.raises(CypherValidationError, match="valid labels"):
+        run(store, "Nope` {key: 1}) DETACH DELETE n //", ["OMIM:1"], None, "out", None)
+    assert run(store, "Disease", ["OMIM:1"], None, "out", None, limit=0) == []
+
+
+def test_aggregation_skips_the_tokenizer_but_not_the_read_only_server(
+    store: FalkorDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store-built text does not pay the guard's tokenizer; the server's read-only command still
+    refuses a write if one ever got into the text."""
+    from graphs.store import base
+
+    def tokenizer_called(*_: Any, **__: Any) -> None:
+        raise AssertionError("the aggregation query went through the static guard")
+
+    monkeypatch.setattr(base, "check_read_only", tokenizer_called)
+    monkeypatch.setattr(base, "check_resources", tokenizer_called)
+    assert run(store, "Disease", ["OMIM:1"], None, "out", None)
+    with pytest.raises(ReadOnlyViolationError):
+        store._run_query("CREATE (:Disease {key: 'x'})", {}, 1000, 10)

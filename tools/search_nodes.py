@@ -19,7 +19,6 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
 from graphs.errors import ConfigError, StoreError, StoreUnavailableError
-from graphs.store.aggregate import aggregation_params, aggregation_query
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
@@ -95,14 +94,22 @@ def make_search_nodes(
         for key in known:
             by_label[bundle.skb.nodes[key].label].append(key)
         merged: dict[str, Neighbor] = {}
+        nodes = bundle.skb.nodes
+        store = bundle.store
         # one query per seed label; almost every call expands keys of a single label
         for seed_label, keys in sorted(by_label.items()):
-            cypher = aggregation_query(seed_label, rel_types, direction, target_label, weight_property)
-            params = aggregation_params(keys, rel_types, fetch)
-            result = bundle.store.query(cypher, params, timeout_ms=QUERY_TIMEOUT_MS, max_rows=fetch)
-            for key, seeds, rels, paths, weight in result.rows:
-                key = str(key)
-                node = bundle.skb.nodes.get(key)
+            rows = store.aggregate_neighbors(
+                seed_label,
+                keys,
+                rel_types=rel_types,
+                direction=direction,
+                target_label=target_label,
+                weight_property=weight_property,
+                limit=fetch,
+                timeout_ms=QUERY_TIMEOUT_MS,
+            )
+            for key, seeds, rels, paths, weight in rows:
+                node = nodes.get(key)
                 entry = merged.get(key)
                 if entry is None:
                     # model_construct: the values come typed from our own query; validating thousands of
@@ -111,17 +118,17 @@ def make_search_nodes(
                         key=key,
                         label=node.label if node is not None else (target_label or ""),
                         name=node.name if node is not None else key,
-                        seeds=sorted({str(s) for s in seeds}),
-                        rels=sorted(str(r) for r in rels),
-                        paths=int(paths),
-                        weight=None if weight is None else float(weight),
+                        seeds=sorted(set(seeds)),
+                        rels=sorted(rels),
+                        paths=paths,
+                        weight=weight,
                     )
                 else:
-                    entry.seeds = sorted({*entry.seeds, *map(str, seeds)})
-                    entry.rels = sorted({*entry.rels, *map(str, rels)})
-                    entry.paths += int(paths)
+                    entry.seeds = sorted({*entry.seeds, *seeds})
+                    entry.rels = sorted({*entry.rels, *rels})
+                    entry.paths += paths
                     if weight is not None:
-                        entry.weight = (entry.weight or 0.0) + float(weight)
+                        entry.weight = (entry.weight or 0.0) + weight
         out = list(merged.values())
         if len(by_label) > 1:
             out.sort(key=lambda n: (-n.paths, n.key))

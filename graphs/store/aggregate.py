@@ -4,15 +4,32 @@ Why here and not in the tool: labels and relation types cannot be Cypher paramet
 text names them (validated against the schema, backtick-quoted), as the stores' own ``neighbors``
 does; query text is built only in the store layer, never in tools or the agent. The text is
 portable: FalkorDB and Neo4j-compatible servers (tested over Bolt against ArcadeDB) run it as is,
-through the read-only ``GraphStore.query`` path.
+through ``GraphStore.aggregate_neighbors`` on the backend's read-only path. That path skips the
+static guard's tokenizer (a few milliseconds per call, several calls per question): the text is
+built here from schema-checked names, and the server's read-only mode still refuses writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, NamedTuple
 
 from graphs.store.props import quote_name
+
+
+class NeighborAggregate(NamedTuple):
+    """One neighbour of a set of keys, aggregated over every edge that reaches it (a row of
+    ``aggregation_query`` with the columns it leaves out filled in)."""
+
+    key: str
+    seeds: list[str]
+    """The expanded keys adjacent to it, one entry per edge (parallel edges repeat a seed)."""
+    rels: list[str]
+    """The relationship types that reach it."""
+    paths: int
+    """How many edges reach it."""
+    weight: float | None
+    """Sum of the weight property over those edges (None: no weight property asked for)."""
 
 
 def aggregation_query(
@@ -24,37 +41,62 @@ def aggregation_query(
 ) -> str:
     """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
 
-    Columns: key, seeds (one entry per edge: parallel edges repeat a seed), rels (the relation types
-    reaching the neighbour), paths (edge count), weight (sum of ``weight_property`` or null). Only
-    names validated against the schema are spliced in (backtick-quoted); keys and the limit are
-    parameters. Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no dynamic
-    property access). Cheap by construction: no DISTINCT over seeds, and the relation types are
-    collected only when the call allows more than one.
+    Columns: key, seeds (one entry per edge: parallel edges repeat a seed), paths (edge count), then
+    rels (the relation types reaching the neighbour) only when more than one type is allowed, and
+    weight (sum of ``weight_property``) only when one is named: a column whose value the caller already
+    knows would be parsed once per row for nothing (``aggregation_rows`` fills them in). Only names
+    validated against the schema are spliced in (backtick-quoted); keys and the limit are parameters.
+    Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no dynamic property access).
+    Cheap by construction: no DISTINCT over seeds.
     """
     rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
     target = f":{quote_name(target_label)}" if target_label else ""
     left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
-    one_type = rel_types is not None and len(rel_types) == 1
-    rel_col = "[$rel] AS rels" if one_type else "collect(DISTINCT type(r)) AS rels"
-    weight = (
-        f"sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
-        if weight_property
-        else "null AS weight"
-    )
+    extra = ""
+    if not _one_type(rel_types):
+        extra += ", collect(DISTINCT type(r)) AS rels"
+    if weight_property:
+        extra += f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
+    returned = "m.key AS key, seeds, paths" + (", rels" if not _one_type(rel_types) else "")
+    returned += ", weight" if weight_property else ""
     return (
         f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
-        f"WITH m, collect(n.key) AS seeds, {rel_col}, count(r) AS paths, {weight} "
-        "RETURN m.key AS key, seeds, rels, paths, weight "
+        f"WITH m, collect(n.key) AS seeds, count(r) AS paths{extra} "
+        f"RETURN {returned} "
         "ORDER BY paths DESC, key ASC LIMIT $limit"
     )
 
 
+def _one_type(rel_types: Sequence[str] | None) -> bool:
+    return rel_types is not None and len(rel_types) == 1
+
+
 def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int) -> dict[str, Any]:
     """The parameters of ``aggregation_query``."""
-    params: dict[str, Any] = {"keys": keys, "limit": limit}
-    if rel_types is not None and len(rel_types) == 1:
-        params["rel"] = rel_types[0]
-    return params
+    return {"keys": keys, "limit": limit}
+
+
+def aggregation_rows(
+    rows: Iterable[Sequence[Any]], rel_types: Sequence[str] | None, weight_property: str | None
+) -> list[NeighborAggregate]:
+    """The rows of ``aggregation_query`` as NeighborAggregate, with the columns it left out filled in."""
+    one = [str(rel_types[0])] if rel_types is not None and _one_type(rel_types) else None
+    out: list[NeighborAggregate] = []
+    for row in rows:
+        key, seeds, paths = row[0], row[1], row[2]
+        rest = 3
+        if one is None:
+            rels = [str(r) for r in row[rest]]
+            rest += 1
+        else:
+            rels = one
+        weight = row[rest] if weight_property else None
+        out.append(
+            NeighborAggregate(
+                str(key), [str(s) for s in seeds], rels, int(paths), None if weight is None else float(weight)
+            )
+        )
+    return out
 
 
 def path_walk_query(start_label: str, hops: Sequence[tuple[str, Literal["out", "in"]]], limit: int) -> str:

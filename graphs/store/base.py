@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from graphs.errors import CypherValidationError, StoreError
 from graphs.model import SKB, GraphSchema
+from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggregation_query, aggregation_rows
 from graphs.store.cypher_guard import check_params, check_read_only, check_resources
 from graphs.store.props import (
     batched,
@@ -86,6 +87,22 @@ class GraphStore(ABC):
         limit: int = 5000,
     ) -> list[Triple]:
         """One-hop edges around the given node keys (labelled, index-backed lookups)."""
+
+    @abstractmethod
+    def aggregate_neighbors(
+        self,
+        seed_label: str,
+        keys: Sequence[str],
+        *,
+        rel_types: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        target_label: str | None = None,
+        weight_property: str | None = None,
+        limit: int = 50,
+        timeout_ms: int | None = None,
+    ) -> list[NeighborAggregate]:
+        """The one-hop neighbourhood of ``keys`` (all of ``seed_label``), one row per neighbour, aggregated,
+        ordered (most edges first, then key) and limited by the server in one query."""
 
     @abstractmethod
     def labels(self) -> list[str]: ...
@@ -271,6 +288,16 @@ class CypherStore(GraphStore):
         check_read_only(cypher)
         check_params(params)
         check_resources(cypher, params)
+        timeout = self._timeout(timeout_ms)
+        cap = int(max_rows if max_rows is not None else self.default_max_rows)
+        started = time.perf_counter()
+        columns, rows, truncated = self._run_query(cypher, params or {}, timeout, cap)
+        return QueryResult(
+            columns=columns, rows=rows, truncated=truncated, elapsed_ms=(time.perf_counter() - started) * 1000
+        )
+
+    def _timeout(self, timeout_ms: int | None) -> int:
+        """``timeout_ms`` (default: ``default_timeout_ms``) checked against the backend's limit."""
         timeout = int(timeout_ms if timeout_ms is not None else self.default_timeout_ms)
         most = self.max_timeout_ms
         if timeout <= 0 or (most is not None and timeout > most):
@@ -279,12 +306,7 @@ class CypherStore(GraphStore):
                 if most is not None
                 else f"timeout_ms must be positive, got {timeout}"
             )
-        cap = int(max_rows if max_rows is not None else self.default_max_rows)
-        started = time.perf_counter()
-        columns, rows, truncated = self._run_query(cypher, params or {}, timeout, cap)
-        return QueryResult(
-            columns=columns, rows=rows, truncated=truncated, elapsed_ms=(time.perf_counter() - started) * 1000
-        )
+        return timeout
 
     def labels(self) -> list[str]:
         with self._lock:
@@ -428,6 +450,36 @@ class CypherStore(GraphStore):
                 for src, src_label, rel, dst, dst_label, props, _ in rows
             ]
         return triples[:limit]
+
+    def aggregate_neighbors(
+        self,
+        seed_label: str,
+        keys: Sequence[str],
+        *,
+        rel_types: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        target_label: str | None = None,
+        weight_property: str | None = None,
+        limit: int = 50,
+        timeout_ms: int | None = None,
+    ) -> list[NeighborAggregate]:
+        """One aggregation query (``graphs.store.aggregate``) on the read-only path, without the guard's
+        tokenizer: the text is built here from names checked against the graph (unknown ones are errors
+        naming the valid choices) and the server's read-only mode still applies."""
+        rels = list(rel_types) if rel_types else None
+        checked = self._neighbor_keys(keys, rels, direction, target_label, limit)
+        if not checked:
+            return []
+        if seed_label not in set(self.labels()):
+            raise CypherValidationError(
+                f"unknown seed label {seed_label!r}; valid labels: {', '.join(self.labels()) or '(none)'}"
+            )
+        if weight_property is not None and not weight_property:
+            raise CypherValidationError("weight_property must be a property name or None, got ''")
+        timeout = self._timeout(timeout_ms)
+        cypher = aggregation_query(seed_label, rels, direction, target_label, weight_property)
+        _, rows, _ = self._run_query(cypher, aggregation_params(checked, rels, limit), timeout, limit)
+        return aggregation_rows(rows, rels, weight_property)
 
     def count_nodes(self) -> int:
         rows = self._read("MATCH (n) RETURN count(n)")
