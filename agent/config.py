@@ -34,6 +34,35 @@ class AgentConfig(BaseModel):
     fallback_fill: bool = Field(
         default=False, description="also top up a short seed list with hybrid hits (not only an empty one)"
     )
+    fallback_fusion: Literal["minmax", "rrf", "dice"] = Field(
+        default="minmax",
+        description="how the fallback fuses its search: minmax / rrf (BM25+dense) or dice (Dice word overlap of "
+        "passages and one-hop triples, blended with dense; graphs.hybrid.dice_fuse)",
+    )
+    constraints: bool = Field(
+        default=False,
+        description="AF-Retriever stage: extract triplet constraints (entity, relation, attribute conditions) from "
+        "the question, ground the entities with the linker, join the node sets in read-only Cypher and relax the "
+        "least confident constraint while fewer than k candidates survive (offline planner: from the heuristic plan)",
+    )
+    constraint_anchors: int = Field(
+        default=5, ge=1, le=100, description="linked nodes kept per constraint entity (its anchor set)"
+    )
+    constraint_prompt_tokens: int = Field(
+        default=2000, ge=200, le=100_000, description="token budget (chars/4) of the constraint-extraction prompt"
+    )
+    rerank: Literal["none", "pointwise", "listwise", "pairwise"] = Field(
+        default="none",
+        description="LLM reranking of the top seeds: pointwise (one score per candidate, one call each), listwise "
+        "(one call orders all), pairwise (adjacent comparisons, bottom-up passes); needs an LLM planner",
+    )
+    rerank_top: int = Field(default=10, ge=2, le=50, description="seeds the reranker reorders (the rest keep rank)")
+    rerank_prompt_tokens: int = Field(
+        default=2000, ge=200, le=100_000, description="token budget (chars/4) of one rerank prompt"
+    )
+    rerank_passes: int = Field(
+        default=1, ge=1, le=10, description="pairwise: bottom-up comparison passes (each rerank_top - 1 calls)"
+    )
     planner: PlannerKind = "offline"
     model: str = Field(default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"))
     base_url: str | None = Field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)

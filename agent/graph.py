@@ -541,14 +541,19 @@ class AgentGraph:
         label = state.get("target_type")
         degraded: list[str] = []
         try:
-            hits = self.bundle.search(question, mode="hybrid", k=cfg.k, label=label, weight=cfg.hybrid_weight)
+            hits = self.bundle.search(
+                question, mode="hybrid", k=cfg.k, label=label, weight=cfg.hybrid_weight, fusion=cfg.fallback_fusion
+            )
         except ConfigError as exc:  # a predicted type the index does not know: search all types
             degraded.append(f"fallback search without type filter: {exc}")
-            hits = self.bundle.search(question, mode="hybrid", k=cfg.k, weight=cfg.hybrid_weight)
+            hits = self.bundle.search(
+                question, mode="hybrid", k=cfg.k, weight=cfg.hybrid_weight, fusion=cfg.fallback_fusion
+            )
         seeds = list(state.get("seeds") or [])
         have = {s["key"] for s in seeds}
         floor = seeds[-1]["score"] if seeds else float("inf")
-        prov = {"tool": "hybrid_search", "step": int(state.get("step") or 0), "query": question}
+        tool = "hybrid_search" if cfg.fallback_fusion == "minmax" else f"hybrid_search:{cfg.fallback_fusion}"
+        prov = {"tool": tool, "step": int(state.get("step") or 0), "query": question}
         pool = dict(state.get("candidates") or {})
         for hit in hits:
             if len(seeds) >= cfg.k:

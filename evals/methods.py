@@ -1,6 +1,7 @@
 """Every evaluated method behind the ``Retriever`` protocol, built by name.
 
-Names: ``bm25``, ``vss``, ``hybrid`` (index search baselines), ``hybrid+sage``
+Names: ``bm25``, ``vss``, ``hybrid`` (index search baselines; ``hybrid-rrf`` and ``hybrid-dice``
+fuse with reciprocal ranks or Dice overlap of passages and triples instead of min-max), ``hybrid+sage``
 (hybrid seeds + query-time SAGE expansion), ``agent`` (the LangGraph agent with
 SAGE off: policy ``never``), ``agent+sage`` (the agent as shipped: AgentConfig's
 default policy) and ``agent+sage:<policy>`` (policy always |
@@ -51,11 +52,11 @@ class SearchMethod:
     """One call to ``bundle.search`` in a fixed mode (the STaRK-style baselines)."""
 
     OPTIONS = ("k", "label")
-    HYBRID_OPTIONS = ("k", "label", "weight")
+    HYBRID_OPTIONS = ("k", "label", "weight", "fusion")
 
     def __init__(
         self, name: str, bundle: Any, mode: str, *, k: int = 100, label: str | None = None,
-        weight: float | None = None,
+        weight: float | None = None, fusion: str | None = None,
     ) -> None:
         if k < 1:
             raise ConfigError(f"method {name!r}: k must be >= 1, got {k}")
@@ -67,6 +68,10 @@ class SearchMethod:
         self.extra: dict[str, Any] = {}
         if mode == "hybrid":
             self.extra["weight"] = 0.5 if weight is None else float(weight)
+            if fusion not in (None, "minmax", "rrf", "dice"):
+                raise ConfigError(f"method {name!r}: unknown fusion {fusion!r}; use minmax, rrf or dice")
+            if fusion not in (None, "minmax"):
+                self.extra["fusion"] = fusion  # minmax is bundle.search's own default: configs stay as they were
         self.config: dict[str, Any] = {"method": name, "kind": "search", "mode": mode, "k": self.k, "label": label,
                                        **self.extra}
 
@@ -190,6 +195,16 @@ def _search_builder(mode: str) -> Builder:
     return build
 
 
+def _fused_builder(fusion: str) -> Builder:
+    """``hybrid-<fusion>``: hybrid search with a fixed fusion method (``hybrid-dice``: Dice overlap fusion)."""
+
+    def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
+        _check_overrides(name, overrides, ("k", "label", "weight"))
+        return SearchMethod(name, bundle, "hybrid", fusion=fusion, **overrides)
+
+    return build
+
+
 def _hybrid_sage(name: str, bundle: Any, **overrides: Any) -> Retriever:
     _check_overrides(name, overrides, HybridSageMethod.OPTIONS)
     return HybridSageMethod(name, bundle, **overrides)
@@ -206,6 +221,8 @@ _REGISTRY: dict[str, tuple[Builder, Callable[[], Iterable[str]]]] = {
     "bm25": (_search_builder("bm25"), lambda: SearchMethod.OPTIONS),
     "vss": (_search_builder("vss"), lambda: SearchMethod.OPTIONS),
     "hybrid": (_search_builder("hybrid"), lambda: SearchMethod.HYBRID_OPTIONS),
+    "hybrid-rrf": (_fused_builder("rrf"), lambda: ("k", "label", "weight")),
+    "hybrid-dice": (_fused_builder("dice"), lambda: ("k", "label", "weight")),
     "hybrid+sage": (_hybrid_sage, lambda: HybridSageMethod.OPTIONS),
     "agent": (_agent_builder("never"), _agent_options),
     "agent+sage": (_agent_builder(DEFAULT_AGENT_SAGE_POLICY), _agent_options),

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from graphs.store.base import GraphStore
 
 SearchMode = Literal["bm25", "vss", "hybrid"]
+FusionMethod = Literal["minmax", "rrf", "dice"]
+#: Dice fusion: the best hybrid hits whose one-hop triples become evidence (graph side), and the
+#: most edges read per such node (hubs have thousands; stored order, the rest ignored).
+DICE_SEED_NODES = 10
+DICE_TRIPLES_PER_SEED = 1000
 
 
 class SearchHit(BaseModel):
@@ -201,7 +206,6 @@ class IndexBundle:
     def _open_once(cls, index_dir: Path, *, store: str | None, verify: bool) -> IndexBundle:
         from graphs.bm25_index import BM25Index
         from graphs.hnsw_index import HNSWIndex
-        from graphs.loaders.jsonl import load_jsonl
         from graphs.manifest import Manifest
 
         if not (index_dir / "manifest.json").exists():
@@ -213,7 +217,7 @@ class IndexBundle:
         manifest = Manifest.read(index_dir)
         if verify:
             manifest.verify(index_dir)
-        skb = load_jsonl(index_dir / "skb")
+        skb = _load_skb(index_dir, manifest)
         hnsw = HNSWIndex.load(index_dir / "hnsw")
         bm25 = BM25Index.load(index_dir / "bm25")
         _check_artifacts(index_dir, manifest, skb, hnsw, bm25)
@@ -321,28 +325,92 @@ class IndexBundle:
 
     # -- search --------------------------------------------------------------------------
     def search(
-        self, text: str, mode: SearchMode = "hybrid", k: int = 20, label: str | None = None, weight: float = 0.5
+        self,
+        text: str,
+        mode: SearchMode = "hybrid",
+        k: int = 20,
+        label: str | None = None,
+        weight: float = 0.5,
+        fusion: FusionMethod = "minmax",
     ) -> list[SearchHit]:
+        """Search node texts. ``fusion`` (hybrid mode only): ``minmax`` / ``rrf`` fuse the BM25 and
+        dense lists (``graphs.hybrid.fuse``); ``dice`` ranks text passages and the one-hop triples of
+        the best hits by Dice overlap with the text (``graphs.hybrid.dice_fuse``)."""
         from graphs.hybrid import fuse
         from graphs.text_safety import clean_text
 
         text = clean_text(text)  # lone surrogates make the embedder's tokenizer raise TypeError
         if label is not None and label not in self.skb.node_types:
             raise ConfigError(f"unknown node type {label!r}; choose one of {sorted(self.skb.node_types)}")
+        if fusion not in ("minmax", "rrf", "dice"):
+            raise ConfigError(f"unknown fusion {fusion!r}; use minmax, rrf or dice")
         if mode == "bm25":
             ranked = self.bm25.search(text, k, label=label)
         elif mode == "vss":
             ranked = self.hnsw.search(self.embedder.embed_query(text), k, label=label)
+        elif mode == "hybrid" and fusion == "dice":
+            ranked = self._dice_search(text, k, label, weight)
         elif mode == "hybrid":
             pool = max(k * 5, 100)
             ranked = fuse(
                 self.bm25.search(text, pool, label=label),
                 self.hnsw.search(self.embedder.embed_query(text), pool, label=label),
                 weight=weight,
+                method=fusion,  # type: ignore[arg-type]  # dice is handled above
             )[:k]
         else:
             raise ConfigError(f"unknown search mode {mode!r}; use bm25, vss or hybrid")
         return [self._hit(key, score, mode) for key, score in ranked]
+
+    def _dice_search(self, text: str, k: int, label: str | None, weight: float) -> list[tuple[str, float]]:
+        """Dice fusion: passages are the BM25 and dense hits (of ``label``); triples are the edges of
+        the best ``DICE_SEED_NODES`` hybrid hits of any type, verbalised ``src name, rel words, dst
+        name`` and credited to the neighbour; dense is every candidate's cosine to ``text``."""
+        from itertools import chain, islice
+
+        import numpy as np
+
+        from graphs.hybrid import content_words, dice_fuse, fuse
+
+        skb = self.skb
+        pool = max(k * 5, 100)
+        query = self.embedder.embed_query(text)
+        lexical_any = self.bm25.search(text, pool)
+        dense_any = self.hnsw.search(query, pool)
+        if label is None:
+            lexical, dense_hits = lexical_any, dense_any
+        else:
+            lexical, dense_hits = self.bm25.search(text, pool, label=label), self.hnsw.search(query, pool, label=label)
+        passages = {key: skb.node_text(key) for key, _ in [*lexical, *dense_hits] if key in skb.nodes}
+        seeds = [key for key, _ in fuse(lexical_any, dense_any, weight=weight)[:DICE_SEED_NODES]]
+        names: dict[str, frozenset[str]] = {}
+
+        def words(key: str) -> frozenset[str]:
+            got = names.get(key)
+            if got is None:
+                got = names[key] = content_words(skb.nodes[key].name)
+            return got
+
+        triples: list[tuple[str, frozenset[str]]] = []
+        for seed in seeds:
+            if seed not in skb.nodes:
+                continue
+            edges = chain(((e, e.dst) for e in skb.out_edges(seed)), ((e, e.src) for e in skb.in_edges(seed)))
+            for edge, other in islice(edges, DICE_TRIPLES_PER_SEED):
+                node = skb.nodes.get(other)
+                if node is None or other == seed or (label is not None and node.label != label):
+                    continue
+                rel = names.get("\0" + edge.rel)
+                if rel is None:
+                    rel = names["\0" + edge.rel] = content_words(edge.rel.replace("_", " "))
+                triples.append((other, words(edge.src) | rel | words(edge.dst)))
+        keys = sorted(set(passages) | {key for key, _ in triples})
+        dense: dict[str, float] = {}
+        if keys:
+            known = [key for key in keys if key in self.hnsw]
+            sims = self.hnsw.vectors(known) @ np.asarray(query, dtype=np.float32)
+            dense = {key: float(sim) for key, sim in zip(known, sims, strict=True)}
+        return dice_fuse(text, passages, triples, dense, weight=weight, k=k)
 
     def _hit(self, key: str, score: float, source: str) -> SearchHit:
         node = self.skb.nodes[key]
@@ -359,6 +427,33 @@ class IndexBundle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_NOTED: set[str] = set()
+
+
+def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
+    """The memory-mapped SKB when the build wrote it (and the manifest covers it), else the JSON lines.
+
+    An index built before the compact arrays existed keeps working as it did (parsed, seconds on a
+    large SKB); one note per process says how to get the fast start.
+    """
+    from graphs.skb_compact import COMPACT_DIR, META_FILE, open_compact
+
+    listed = f"skb/{COMPACT_DIR}/{META_FILE}"
+    if listed in manifest.files or listed in manifest.data_files:
+        return open_compact(index_dir / "skb")
+    from graphs.loaders.jsonl import load_jsonl
+
+    if str(index_dir) not in _NOTED:
+        _NOTED.add(str(index_dir))
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "note: the index at %s predates the fast-start artifacts; rebuild it for a fast start with "
+            "`skb index --force --index-dir %s`", index_dir, index_dir,
+        )
+    return load_jsonl(index_dir / "skb")
 
 
 def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:

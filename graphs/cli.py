@@ -156,6 +156,13 @@ def search_command(
     node_type: Annotated[str | None, typer.Option("--type", help="restrict to one node type")] = None,
     k: Annotated[int, typer.Option(help="number of results", min=1, max=1000)] = 20,
     weight: Annotated[float, typer.Option(help="dense weight in hybrid mode", min=0.0, max=1.0)] = 0.5,
+    fusion: Annotated[
+        str,
+        typer.Option(
+            help="hybrid mode: minmax (BM25+dense, min-max normalised) | rrf (reciprocal rank) | dice "
+            "(Dice word overlap of passages and of the best hits' one-hop triples, blended with dense)"
+        ),
+    ] = "minmax",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Search an index by BM25, dense (HNSW) or hybrid score."""
@@ -164,18 +171,23 @@ def search_command(
     try:
         if mode not in ("bm25", "vss", "hybrid"):
             raise SKBError(f"unknown --mode {mode!r}; use bm25, vss or hybrid")
+        if fusion not in ("minmax", "rrf", "dice"):
+            raise SKBError(f"unknown --fusion {fusion!r}; use minmax, rrf or dice")
+        if fusion != "minmax" and mode != "hybrid":
+            raise SKBError(f"--fusion {fusion} fuses the hybrid lists; use it with --mode hybrid")
         bundle = IndexBundle.open(index_dir)
         t0 = time.perf_counter()
-        hits = bundle.search(text, mode=mode, k=k, label=node_type, weight=weight)  # type: ignore[arg-type]
+        hits = bundle.search(text, mode=mode, k=k, label=node_type, weight=weight, fusion=fusion)  # type: ignore[arg-type]
         elapsed = (time.perf_counter() - t0) * 1000
     except SKBError as exc:
         raise fail(exc) from exc
     if as_json:
-        print(json.dumps({"query": text, "mode": mode, "elapsed_ms": round(elapsed, 2),
+        print(json.dumps({"query": text, "mode": mode, "fusion": fusion, "elapsed_ms": round(elapsed, 2),
                           "hits": [h.model_dump() for h in hits]}, indent=2))
         return
     rows = [[str(i), hit.key, hit.label, hit.name, f"{hit.score:.4f}"] for i, hit in enumerate(hits, 1)]
-    print_table(console, f"{mode} search: {text!r} ({elapsed:.0f} ms)", ["rank", "key", "type", "name", "score"],
+    title = f"{mode} search" if fusion == "minmax" else f"{mode} ({fusion}) search"
+    print_table(console, f"{title}: {text!r} ({elapsed:.0f} ms)", ["rank", "key", "type", "name", "score"],
                 rows, right=["rank", "score"])
 
 

@@ -15,17 +15,33 @@ Conventions (what the tests pin down):
   so the order is the same.
 - A key repeated inside one list keeps its best score.
 - Ties in the fused score break by key (ascending) so results are deterministic.
+
+Dice-Sorensen overlap fusion (``dice_fuse``, method ``dice`` of ``IndexBundle.search``) ranks
+graph triples and text passages by one transparent measure: the Dice-Sorensen coefficient
+``2|Q & E| / (|Q| + |E|)`` between the question's content words Q and an evidence item's
+content words E. Why: BM25 and cosine scores of passages cannot be compared with anything a
+triple yields, but word overlap can -- so a node supported by a passage (its own text) and a
+node supported by triples (edges from the best passages' nodes) compete on one scale, without
+training. Conventions (pinned by tests/data/dice_cases.json):
+- content words: lowercase letter/digit runs, minus a short list of English function words;
+- passage overlap P(n) = Dice(Q, words(text of n));
+- triple overlap T(n) = Dice(Q, union of the words of every triple that credits n) -- a node
+  reached by several matching triples covers more of the question than one reached once;
+- fused(n) = weight * dense(n) + (1 - weight) * max(P(n), T(n)); dense(n) is the cosine of n
+  to the question (0 when unknown), ``weight`` the dense share as in ``fuse``;
+- ties break by key (ascending).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from graphs.errors import ConfigError
 
-__all__ = ["RRF_K", "fuse", "minmax_normalise"]
+__all__ = ["RRF_K", "content_words", "dice", "dice_fuse", "fuse", "minmax_normalise"]
 
 RRF_K = 60
 Hits = Sequence[tuple[str, float]]
@@ -95,5 +111,74 @@ def fuse(
             fused[key] = score
     else:
         raise ConfigError(f"unknown fusion method {method!r} -- use 'minmax' or 'rrf'")
+    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ranked if k is None else ranked[:k]
+
+
+# -- Dice-Sorensen overlap fusion ----------------------------------------------------------------
+_WORD = re.compile(r"[^\W_]+")
+#: English function words: they overlap between any question and any text and say nothing about
+#: relevance. Generic by construction (no domain words).
+_FUNCTION_WORDS = (
+    "a about after all also an and any are as at be been being by can could did do does for from "
+    "had has have having he her his how i if in into is it its may me might most my no not of on or "
+    "our she should so some such than that the their them then there these they this those to under "
+    "was we were what when where which who whom whose why will with would you your"
+)
+STOPWORDS = frozenset(_FUNCTION_WORDS.split(" "))
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The lowercase words of ``text`` that carry content (function words dropped)."""
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in STOPWORDS)
+
+
+def dice(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+    """Dice-Sorensen coefficient of two word sets; 0.0 when both are empty."""
+    total = len(a) + len(b)
+    return 2.0 * len(a & b) / total if total else 0.0
+
+
+#: Evidence text, or its content words already computed (names shared by many triples are
+#: tokenised once by the caller).
+Evidence = str | frozenset[str]
+
+
+def _words(evidence: Evidence) -> frozenset[str]:
+    return evidence if isinstance(evidence, frozenset) else content_words(evidence)
+
+
+def dice_fuse(
+    question: str,
+    passages: Mapping[str, Evidence],
+    triples: Iterable[tuple[str, Evidence]],
+    dense: Mapping[str, float] | None = None,
+    weight: float = 0.5,
+    k: int | None = None,
+) -> list[tuple[str, float]]:
+    """Rank the nodes of ``passages`` (key -> text) and of ``triples`` ((credited key, triple text))
+    by Dice overlap with ``question``, blended with ``dense`` (key -> cosine) at ``weight``.
+
+    A text may be given as its content words (a frozenset). Returns (key, fused score), best first.
+    """
+    if not 0.0 <= float(weight) <= 1.0:
+        raise ConfigError(f"dice fusion weight must be in [0, 1] (the dense share), got {weight}")
+    if k is not None and k < 0:
+        raise ConfigError(f"k must be >= 0, got {k}")
+    query = content_words(question)
+    overlap: dict[str, float] = {}
+    for key, text in passages.items():
+        overlap[key] = dice(query, _words(text))
+    credited: dict[str, set[str]] = {}
+    for i, item in enumerate(triples):
+        try:
+            key, text = item
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"triple #{i} is {item!r}; expected a (credited key, text) pair") from exc
+        credited.setdefault(str(key), set()).update(_words(text))
+    for key, bag in credited.items():
+        overlap[key] = max(overlap.get(key, 0.0), dice(query, bag))
+    cosine = dense or {}
+    fused = {key: weight * float(cosine.get(key, 0.0)) + (1.0 - weight) * value for key, value in overlap.items()}
     ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
     return ranked if k is None else ranked[:k]
