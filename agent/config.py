@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.clause_linking import ClauseSettings
 from graphs.errors import ConfigError
 
 ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
@@ -96,6 +97,44 @@ class AgentConfig(BaseModel):
     )
     max_entities: int = Field(default=20, ge=0, le=200, description="linked entities passed to the planner")
     max_hops: int = Field(default=2, ge=1, le=4)
+    clause_linking: bool = Field(
+        default=True,
+        description="match question clauses that describe a vocabulary term (several content words, no name) "
+        "against the index's name/synonym/definition phrase vectors, keeping several weighted candidates "
+        "(needs the phrases/ artifact of skb index and a profile naming linking.vocabulary_labels)",
+    )
+    clause_candidates: int = Field(default=5, ge=1, le=20, description="candidates kept per described clause")
+    clause_min_similarity: float = Field(
+        default=0.45, ge=0.0, le=1.0, description="cosine below which a clause candidate is dropped"
+    )
+    clause_margin: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="candidates kept within this cosine of the clause's best one"
+    )
+    clause_min_tokens: int = Field(
+        default=4, ge=1, le=50, description="content words a clause needs to count as a description"
+    )
+    clause_max_exact_coverage: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="a clause whose content words are named exactly above this share is a list of names, not a description",
+    )
+    link_confidence_power: float = Field(
+        default=1.0, ge=0.0, le=10.0,
+        description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power; "
+        "0 ignores link confidence (every kept candidate counts fully)",
+    )
+
+    def clause_settings(self) -> ClauseSettings | None:
+        """The clause-linking thresholds, or None when clause linking is off."""
+        if not self.clause_linking:
+            return None
+        return ClauseSettings(
+            candidates=self.clause_candidates,
+            min_similarity=self.clause_min_similarity,
+            margin=self.clause_margin,
+            min_tokens=self.clause_min_tokens,
+            max_exact_coverage=self.clause_max_exact_coverage,
+            confidence_power=self.link_confidence_power,
+        )
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:
         """This config with the known keys of ``overrides`` applied (unknown keys are ignored:

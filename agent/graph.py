@@ -272,7 +272,7 @@ class AgentGraph:
             update["messages"] = [HumanMessage(question)]
         degraded: list[str] = []
         if cfg.max_entities > 0:
-            linked = self.linker().link(question, cfg.max_entities)
+            linked = self.linker().link(question, cfg.max_entities, clauses=cfg.clause_settings())
             update["linked_entities"] = [_to_dict(e) for e in linked]
         update["degraded"] = degraded
         update["timings_ms"] = {"link_entities": _elapsed_ms(start)}

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from agent.clause_linking import ClauseSettings, clause_spans, embed_clauses, is_description, weighted_candidates
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
+from graphs.phrase_index import phrase_index_for
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -43,6 +45,11 @@ class LinkedEntity(BaseModel):
     mention: str
     score: float
     method: LinkMethod
+    group: int | None = None
+    """Clause number when the entity is one of several weighted candidates for one described clause
+    (``agent.clause_linking``); the ranking lets each clause count once, by its best candidate."""
+    weight: float = 1.0
+    """Link confidence the ranking multiplies the entity's evidence by (1.0 for names and synonyms)."""
 
 
 # -- normalisation ---------------------------------------------------------------------
@@ -258,9 +265,21 @@ class EntityLinker:
         self._names: dict[str, list[str]] | None = None
 
     # -- public ------------------------------------------------------------------------
-    def link(self, question: str, max_entities: int = 20, *, exclude_labels: Sequence[str] = ()) -> list[LinkedEntity]:
+    def link(
+        self,
+        question: str,
+        max_entities: int = 20,
+        *,
+        exclude_labels: Sequence[str] = (),
+        clauses: ClauseSettings | None = None,
+    ) -> list[LinkedEntity]:
         """Entities mentioned in the question, in order of mention; ``exclude_labels`` only
         restricts the fuzzy/embedding fallbacks (exact mentions of any label are kept).
+
+        ``clauses`` switches on clause linking (``agent.clause_linking``): clauses that describe a
+        vocabulary term are matched whole against the index's phrase vectors and give several
+        weighted candidates each; ``max_entities`` then counts mentions (a clause counts once).
+        It needs the index's phrase artifact and an embedder; without them it is a no-op.
 
         A bracketed mention (``who directed [The Lost World]``, the benchmark convention for the
         topic entity) is linked alone: a node whose name is exactly the bracket text wins
@@ -272,7 +291,7 @@ class EntityLinker:
             found = self._link_bracket(match.group(1).strip(), max_entities, exclude_labels)
             if found:
                 return found
-        return self._link_text(question, max_entities, exclude_labels)
+        return self._link_text(question, max_entities, exclude_labels, clauses)
 
     def _link_bracket(self, mention: str, max_entities: int, exclude: Sequence[str]) -> list[LinkedEntity]:
         exact = [key for key in self._by_name().get(mention, ()) if key in self.skb.nodes]
@@ -290,13 +309,29 @@ class EntityLinker:
             self._names = dict(table)
         return self._names
 
-    def _link_text(self, question: str, max_entities: int, exclude_labels: Sequence[str]) -> list[LinkedEntity]:
+    def _link_text(
+        self,
+        question: str,
+        max_entities: int,
+        exclude_labels: Sequence[str],
+        clauses: ClauseSettings | None = None,
+    ) -> list[LinkedEntity]:
         tokens = _tokenise(question)
         out: list[LinkedEntity] = []
         claimed = [False] * len(tokens)
         exact_in_segment: set[int] = set()
         seg_of = self._segments_ids(tokens)
-        for span, entries in self._exact(tokens):
+        exact = self._exact(tokens)
+        described: list[tuple[int, int]] = []
+        if clauses is not None:
+            described = self._described_clauses(question, tokens, exact, clauses)
+            if described:
+                inside = [any(s <= span.start < e for s, e in described) for span, _ in exact]
+                exact = [pair for pair, drop in zip(exact, inside) if not drop]
+                for s, e in described:
+                    for i in range(s, e):
+                        claimed[i] = True
+        for span, entries in exact:
             mention = question[tokens[span.start].start : tokens[span.end - 1].end]
             for entry in entries:
                 out.append(self._entity(entry.key, mention, 1.0, "exact"))
@@ -316,13 +351,75 @@ class EntityLinker:
                 continue
             if self.use_embedding:
                 out.extend(self._entity(k, mention, s, "embedding") for k, s in self._embed(mention, exclude_labels))
+        if described and clauses is not None:
+            out.extend(self._link_clauses(question, tokens, described, clauses, exclude_labels))
         seen: set[str] = set()
         unique: list[LinkedEntity] = []
+        mentions: set[tuple[str, int | str]] = set()
         for ent in out:
-            if ent.key not in seen:
-                seen.add(ent.key)
-                unique.append(ent)
-        return unique[:max_entities]
+            if ent.key in seen:
+                continue
+            mention_id: tuple[str, int | str] = ("clause", ent.group) if ent.group is not None else ("key", ent.key)
+            if mention_id not in mentions and len(mentions) >= max_entities:
+                continue
+            mentions.add(mention_id)
+            seen.add(ent.key)
+            unique.append(ent)
+        return unique
+
+    # -- clause linking (agent.clause_linking) -----------------------------------------
+    def _described_clauses(
+        self, question: str, tokens: list[_Token], exact: list[tuple[_Span, list[_Entry]]], settings: ClauseSettings
+    ) -> list[tuple[int, int]]:
+        """Token ranges of the clauses that describe a term rather than name one (frame words trimmed)."""
+        if not self.use_embedding or phrase_index_for(self.bundle) is None or not tokens:
+            return []
+        exact_tok = [False] * len(tokens)
+        for span, _ in exact:
+            for i in range(span.start, span.end):
+                exact_tok[i] = True
+        frame = self.lexicon.frame
+        out: list[tuple[int, int]] = []
+        for cs, ce in clause_spans(question):
+            idx = [i for i, t in enumerate(tokens) if t.start >= cs and t.end <= ce]
+            if not idx:
+                continue
+            s, e = idx[0], idx[-1] + 1
+            while s < e and (tokens[s].norm in frame or tokens[s].norm in _SPLIT_WORDS):
+                s += 1
+            while e > s and tokens[e - 1].norm in frame:
+                e -= 1
+            content = [i for i in range(s, e) if tokens[i].norm not in frame]
+            covered = sum(1 for i in content if exact_tok[i])
+            if e > s and is_description(len(content), covered, settings):
+                out.append((s, e))
+        return out
+
+    def _link_clauses(
+        self,
+        question: str,
+        tokens: list[_Token],
+        described: list[tuple[int, int]],
+        settings: ClauseSettings,
+        exclude: Sequence[str],
+    ) -> list[LinkedEntity]:
+        """Weighted candidates per described clause from the phrase index (one embedding batch)."""
+        index = phrase_index_for(self.bundle)
+        if index is None:
+            return []
+        texts = [question[tokens[s].start : tokens[e - 1].end] for s, e in described]
+        try:
+            vecs = embed_clauses(self.bundle.embedder, texts)
+        except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
+            return []
+        pool = max(settings.candidates * 2, settings.candidates + 4)
+        out: list[LinkedEntity] = []
+        for group, (text, hits) in enumerate(zip(texts, index.search(vecs, pool))):
+            usable = [(k, s) for k, s in hits if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]
+            for key, sim, weight in weighted_candidates(usable, settings):
+                ent = self._entity(key, text, round(sim, 4), "embedding")
+                out.append(ent.model_copy(update={"group": group, "weight": round(weight, 4)}))
+        return out
 
     # -- stages ------------------------------------------------------------------------
     def _entity(self, key: str, mention: str, score: float, method: LinkMethod) -> LinkedEntity:

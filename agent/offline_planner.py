@@ -126,11 +126,45 @@ def read_observations(messages: Sequence[BaseMessage]) -> Observations:
 # -- scoring -----------------------------------------------------------------------------------
 
 
+Features = list[list[tuple[str, float]]]
+"""Query features: per mention, its ``(term key, weight)`` candidates (one, weight 1, for a named term)."""
+
+
+def feature_groups(linked: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Features:
+    """The features of ``keys``: entities of one described clause (same ``group``) form one feature."""
+    wanted = set(keys)
+    groups: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for ent in linked:
+        key = str(ent.get("key"))
+        if key not in wanted:
+            continue
+        group = ent.get("group")
+        gid = ("clause", str(group)) if group is not None else ("key", key)
+        groups.setdefault(gid, []).append((key, float(ent.get("weight", 1.0) or 0.0)))
+    for key in keys:  # keys without an entity record (callers passing bare keys)
+        if ("key", key) not in groups and not any(key == k for g in groups.values() for k, _ in g):
+            groups[("key", key)] = [(key, 1.0)]
+    return list(groups.values())
+
+
+def _score(model: AnnotationModel, keys: Sequence[str], features: Features | None) -> np.ndarray:
+    """Plain best-match scoring for named terms; weighted alternatives when a clause has several."""
+    if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
+        return model.score_groups(features)
+    return model.score(keys)
+
+
 def _via_intermediate(
-    skb: SKB, mid_model: AnnotationModel, query: Sequence[str], step_rel: str, target: str, targets: Sequence[str]
+    skb: SKB,
+    mid_model: AnnotationModel,
+    query: Sequence[str],
+    step_rel: str,
+    target: str,
+    targets: Sequence[str],
+    features: Features | None = None,
 ) -> dict[str, float]:
     """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases)."""
-    mid_scores = mid_model.score(query)
+    mid_scores = _score(mid_model, query, features)
     shifted = (mid_scores - float(mid_scores.min()) + 1e-6).astype(np.float32)
     links = link_matrix(skb, step_rel, target, mid_model)
     rows = [links.row_index.get(k, -1) for k in targets]
@@ -199,9 +233,10 @@ def rank_targets(
     scored = np.zeros(len(cands), dtype=bool)
     for src_label, keys in by_label.items():
         model = model_for(skb, target, src_label)
+        features = feature_groups(linked, keys)
         direct: np.ndarray | None = None
         if model is not None and model.term_ids(keys):
-            all_scores = model.score(keys)
+            all_scores = _score(model, keys, features)
             floor = float(all_scores.min())
             idx = np.array([model.target_index.get(c, -1) for c in cands])
             direct = np.where(idx >= 0, all_scores[np.maximum(idx, 0)] - floor, 0.0)
@@ -215,7 +250,7 @@ def rank_targets(
                 continue
             if model is not None and mid_model.mean_annotations() >= model.mean_annotations():
                 continue  # the intermediate is not finer-grained than the target
-            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands)
+            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands, features)
             break
         if via:
             vals = np.array([via.get(c, 0.0) for c in cands])

@@ -248,6 +248,49 @@ class AnnotationModel:
             agg = agg + symmetric * len(qids) * self.target_to_query(qids)
         return agg.astype(np.float32)
 
+    def score_groups(
+        self,
+        groups: Sequence[Sequence[tuple[str, float]]],
+        *,
+        frequency_mix: float | None = None,
+        size_penalty: float | None = None,
+    ) -> np.ndarray:
+        """Score every target for weighted alternatives per query feature (higher is better).
+
+        ``groups``: one list per feature (a question clause) of ``(term key, weight)`` candidates.
+        A feature contributes ``max_c weight_c * match(c, t)`` -- the candidate reading of the clause
+        that best explains the target, discounted by how confidently the clause was linked to it --
+        so several candidates per clause widen what can match without counting the clause twice.
+        With single candidates of weight 1 this equals ``score`` (without the symmetric term).
+        """
+        frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
+        size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        seen: set[tuple[tuple[int, float], ...]] = set()
+        clean: list[list[tuple[int, float]]] = []
+        for group in groups:
+            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
+            if found and found not in seen:
+                seen.add(found)
+                clean.append(list(found))
+        agg = np.zeros(len(self.targets), dtype=np.float32)
+        if not clean:
+            return agg
+        terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
+        row_of = {t: i for i, t in enumerate(terms)}
+        plain, weighted = self._best_matches(terms)
+        mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
+        for items in clean:
+            if len(items) == 1 and items[0][1] == 1.0:
+                agg += mixed[row_of[items[0][0]]]
+                continue
+            best = np.zeros(len(self.targets), dtype=np.float32)
+            for term_id, weight in items:
+                np.maximum(best, weight * mixed[row_of[term_id]], out=best)
+            agg += best
+        if size_penalty:
+            return (agg - size_penalty * self.log_sizes).astype(np.float32)
+        return agg
+
     @property
     def log_sizes(self) -> np.ndarray:
         return np.log1p(np.diff(self.direct.indptr).astype(np.float32))

@@ -69,9 +69,9 @@ class BuildSummary(BaseModel):
 
 
 #: Top-level entries a build writes (the CLI adds ``inputs.sha256``); everything else in an index is the user's.
-BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb"})
+BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb", "phrases"})
 #: Build outputs whose every file the manifest lists: a file not listed there is not the build's.
-LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage")
+LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage", "phrases")
 #: SQLite databases the agent keeps in an index dir (agent.tracing's traces, agent.serve's threads) with their
 #: side files: a directory holding only these is built into (they are kept), not refused as "not an index".
 _AGENT_DATABASES = re.compile(r"(traces|threads)\.sqlite(-wal|-shm|-journal)?")
@@ -225,6 +225,17 @@ def build_index(
             files[f"bm25/{rel}"] = digest
         report("bm25", 1, 1)
         timings["bm25"] = time.perf_counter() - t0
+
+        # One vector per name, synonym and definition sentence of the profile's vocabulary labels
+        # (graphs.phrase_index): clause linking matches described terms against them.
+        from graphs.phrase_index import PHRASE_DIR, build_phrase_index
+
+        t0 = time.perf_counter()
+        phrases = build_phrase_index(skb, embedder, batch=batch, progress=lambda d, t: report("phrases", d, t))
+        if phrases is not None:
+            for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
+                files[f"{PHRASE_DIR}/{rel}"] = digest
+            timings["phrases"] = time.perf_counter() - t0
 
         n_similar = 0
         if config.similarity.percentile is not None:

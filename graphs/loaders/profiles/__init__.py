@@ -32,6 +32,8 @@ Format (all sections optional except what a triples file needs: ``relations`` wi
 
     [linking]
     frame_words = ["patient", ...]       # extra question-frame words (never linked)
+    vocabulary_labels = ["Term"]         # labels questions name or describe (phrase index, clause linking)
+    definition_fields = ["definition"]   # their definition properties
 
     [scoring]
     edge_weight_property = "freq"        # numeric edge property in [0, 1] weighting annotations
@@ -127,6 +129,12 @@ class Exemplar(_Strict):
 
 class LinkingSpec(_Strict):
     frame_words: list[str] = Field(default_factory=list)
+    vocabulary_labels: list[str] = Field(default_factory=list)
+    """Labels whose nodes questions name *or describe* (HPO: phenotypes). Their names, synonyms and
+    definition sentences get one vector each at index time (``graphs.phrase_index``), and question
+    clauses are linked against them with several weighted candidates (``agent.clause_linking``)."""
+    definition_fields: list[str] = Field(default_factory=list)
+    """Node properties holding a definition of a vocabulary node (embedded sentence by sentence)."""
 
 
 class ScoringSpec(_Strict):

@@ -1,0 +1,231 @@
+"""Clause linking and weighted-feature ranking on hand-made data (no HPO names in the fixtures).
+
+- ``score_groups`` on the tiny Term/Item ontology of tests/test_offline_planner.py, expected scores
+  computed by hand;
+- clause splitting and described-clause linking cases from tests/data/clause_cases.json, linked on a
+  hand-made product catalog (labels Category/Product, definitions in a property named ``gloss``)
+  indexed with the real MiniLM embedder, so the phrase artifact, the profile's vocabulary settings and
+  the linker are exercised together on a graph whose labels are not the HPO ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.clause_linking import ClauseSettings, clause_spans, weighted_candidates
+from agent.config import AgentConfig
+from agent.linking import EntityLinker
+from agent.offline_planner import feature_groups, rank_targets
+from agent.ontology_scoring import model_for
+from graphs.loaders.profiles import LinkingSpec, Profile, ScoringSpec
+from graphs.model import SKB, Edge, Node, NodeType
+from graphs.phrase_index import definition_sentences, phrase_entries, phrase_index_for
+from tests.test_offline_planner import tiny_skb
+
+CASES = json.loads((Path(__file__).parent / "data" / "clause_cases.json").read_text(encoding="utf-8"))
+LN2, LN4, LN43 = math.log(2), math.log(4), math.log(4 / 3)
+
+
+# -- ranking with weighted alternatives (hand-computed) -------------------------------------------
+# IC: A ln(4/3), B ln 2, A1 ln 2, A2 ln 4, B1 ln 2; items I1 {A1}, I2 {A2}, I3 {B1}, I4 {A1, B1}.
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    found = model_for(tiny_skb(), "Item", "Term")
+    assert found is not None
+    return found
+
+
+def _by_item(model: Any, scores: Any) -> dict[str, float]:
+    return {t: float(scores[i]) for i, t in enumerate(model.targets)}
+
+
+def test_one_clause_with_two_weighted_candidates_counts_once_by_its_best_reading(model: Any) -> None:
+    s = _by_item(model, model.score_groups([[("A2", 1.0), ("B1", 0.5)]], frequency_mix=0.0, size_penalty=0.0))
+    assert s["I1"] == pytest.approx(LN43, abs=1e-5)  # A2 ~ A1 share A
+    assert s["I2"] == pytest.approx(LN4, abs=1e-5)  # A2 itself
+    assert s["I3"] == pytest.approx(0.5 * LN2, abs=1e-5)  # only the runner-up B1 matches, at half weight
+    assert s["I4"] == pytest.approx(max(LN43, 0.5 * LN2), abs=1e-5)
+    # the same two terms as two separate features would count both for I4
+    sep = _by_item(model, model.score_groups([[("A2", 1.0)], [("B1", 1.0)]], frequency_mix=0.0, size_penalty=0.0))
+    assert sep["I4"] == pytest.approx(LN43 + LN2, abs=1e-5)
+
+
+def test_weighted_clause_plus_named_term_ranks_as_computed_by_hand(model: Any) -> None:
+    groups = [[("A2", 1.0), ("B1", 0.5)], [("A1", 1.0)]]
+    s = _by_item(model, model.score_groups(groups, frequency_mix=0.0, size_penalty=0.0))
+    expected = {"I1": LN43 + LN2, "I2": LN4 + LN43, "I3": 0.5 * LN2, "I4": 0.5 * LN2 + LN2}
+    for item, value in expected.items():
+        assert s[item] == pytest.approx(value, abs=1e-5), item
+    assert sorted(s, key=lambda k: -s[k]) == ["I2", "I4", "I1", "I3"]
+
+
+def test_single_full_weight_candidates_equal_the_plain_score(model: Any) -> None:
+    plain = model.score(["A1", "B1"])
+    grouped = model.score_groups([[("A1", 1.0)], [("B1", 1.0)]])
+    assert grouped.tolist() == pytest.approx(plain.tolist(), abs=1e-6)
+
+
+def test_rank_targets_uses_clause_groups_and_link_weights() -> None:
+    skb = tiny_skb()
+    skb.profile = Profile(scoring=ScoringSpec(edge_weight_property="freq", frequency_mix=0.0, size_penalty=0.0))
+    linked = [
+        {"key": "A2", "label": "Term", "mention": "clause one", "group": 0, "weight": 1.0},
+        {"key": "B1", "label": "Term", "mention": "clause one", "group": 0, "weight": 0.5},
+    ]
+    assert feature_groups(linked, ["A2", "B1"]) == [[("A2", 1.0), ("B1", 0.5)]]
+    ranked = rank_targets(skb, "Item", linked, [], ["I1", "I2", "I3", "I4"])
+    assert [k for k, _ in ranked][:1] == ["I2"]
+    # I3 and I4 tie on the half-weight B1 reading (0.5 ln 2 = 0.347); I1 only shares A (ln 4/3 = 0.288)
+    assert [k for k, _ in ranked][-1] == "I1"
+
+
+def test_weighted_candidates_keep_the_margin_and_scale_by_confidence() -> None:
+    settings = ClauseSettings(candidates=3, min_similarity=0.4, margin=0.1, confidence_power=1.0)
+    kept = weighted_candidates([("a", 0.8), ("b", 0.75), ("c", 0.72), ("d", 0.69), ("e", 0.3)], settings)
+    assert [k for k, _, _ in kept] == ["a", "b", "c"]  # d is outside the margin, e below the floor
+    conf = min(1.0, 0.5 + 0.5 * (0.8 - 0.4) / 0.6)
+    assert kept[0][2] == pytest.approx(conf)
+    assert kept[1][2] == pytest.approx(conf * 0.75 / 0.8)
+    flat = weighted_candidates([("a", 0.8), ("b", 0.75)], ClauseSettings(confidence_power=0.0))
+    assert [w for _, _, w in flat] == [1.0, 1.0]
+    assert weighted_candidates([("a", 0.2)], settings) == []
+
+
+# -- clause splitting -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES["split"], ids=lambda c: c["text"][:30])
+def test_clause_splitting_cases(case: dict[str, Any]) -> None:
+    text = case["text"]
+    assert [text[s:e].strip() for s, e in clause_spans(text)] == case["clauses"]
+
+
+def test_definition_sentences_keep_the_first_sentences() -> None:
+    text = "A round part. It turns (see e.g. the axle). Third one here. Fourth is dropped."
+    assert definition_sentences(text, 3) == ["A round part.", "It turns (see e.g. the axle).", "Third one here."]
+
+
+# -- clause linking on a hand-made catalog ---------------------------------------------------------
+
+CATEGORIES = {
+    "C_ROOT": ("home goods", [], ""),
+    "C_APPL": ("appliance", ["household device"], "A machine used in the home to perform a domestic task."),
+    "C_KETTLE": (
+        "electric kettle",
+        ["kettle"],
+        "A household appliance that boils water using an electric heating element. It switches off when the water boils.",
+    ),
+    "C_TOASTER": ("toaster", [], "A small appliance that browns slices of bread by exposing them to radiant heat."),
+    "C_BLENDER": ("blender", ["liquidiser"], "A kitchen appliance with rotating blades used to mix or puree food."),
+    "C_VACUUM": ("vacuum cleaner", ["hoover"], "A device that removes dust and dirt from floors and carpets by suction."),
+    "C_LAMP": ("desk lamp", [], "A light fixture placed on a table to illuminate a work surface."),
+    "C_FAN": ("ceiling fan", [], "A fan mounted on the ceiling of a room whose rotating paddles circulate air."),
+}
+PARENT = {"C_APPL": "C_ROOT", "C_LAMP": "C_ROOT", "C_FAN": "C_APPL", "C_KETTLE": "C_APPL", "C_TOASTER": "C_APPL",
+          "C_BLENDER": "C_APPL", "C_VACUUM": "C_APPL"}
+PRODUCTS = {"P_BREAKFAST": ["C_KETTLE", "C_TOASTER"], "P_KITCHEN": ["C_BLENDER", "C_KETTLE"],
+            "P_CLEAN": ["C_VACUUM", "C_FAN"], "P_OFFICE": ["C_LAMP", "C_FAN"]}
+
+
+def catalog_skb() -> SKB:
+    skb = SKB("catalog")
+    skb.profile = Profile(linking=LinkingSpec(vocabulary_labels=["Category"], definition_fields=["gloss"]))
+    skb.node_types["Category"] = NodeType(label="Category", synonym_field="aka", text_fields=["name", "aka", "gloss"])
+    skb.node_types["Product"] = NodeType(label="Product", text_fields=["name"])
+    for key, (name, aka, gloss) in CATEGORIES.items():
+        props: dict[str, Any] = {"name": name}
+        if aka:
+            props["aka"] = aka
+        if gloss:
+            props["gloss"] = gloss
+        skb.add_node(Node(key, "Category", props))
+    for key in PRODUCTS:
+        skb.add_node(Node(key, "Product", {"name": key.lower().replace("_", " ")}))
+    for child, parent in PARENT.items():
+        skb.add_edge(Edge(child, "SUBCLASS_OF", parent))
+    for product, cats in PRODUCTS.items():
+        for cat in cats:
+            skb.add_edge(Edge(product, "IN_CATEGORY", cat))
+    return skb
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+
+    index_dir = tmp_path_factory.mktemp("catalog") / "index"
+    summary = build_index(catalog_skb(), index_dir, IndexConfig(dataset="catalog", store="none"))
+    assert "phrases" in summary.timings_s
+    bundle = IndexBundle.open(index_dir, store="none")
+    yield bundle
+    bundle.close()
+
+
+def test_phrase_artifact_is_listed_in_the_manifest_and_covers_names_synonyms_definitions(catalog: Any) -> None:
+    assert {"phrases/vectors.npy", "phrases/entries.json"} <= set(catalog.manifest.files)
+    index = phrase_index_for(catalog)
+    assert index is not None
+    entries = list(phrase_entries(catalog.skb))
+    assert len(index) == len(entries)
+    assert {kind for _, kind, _ in entries} == {"name", "synonym", "definition"}
+    assert ("C_KETTLE", "definition", "It switches off when the water boils.") in entries
+    assert all(catalog.skb.nodes[k].label == "Category" for k in index.keys)  # products are not vocabulary
+
+
+@pytest.mark.parametrize("case", CASES["link"], ids=lambda c: c["question"][:40])
+def test_clause_linking_cases(catalog: Any, case: dict[str, Any]) -> None:
+    linker = EntityLinker(catalog)
+    found = linker.link(case["question"], 20, clauses=AgentConfig().clause_settings())
+    groups: dict[int, list[str]] = {}
+    for ent in found:
+        if ent.group is not None:
+            groups.setdefault(ent.group, []).append(ent.key)
+            assert 0.0 < ent.weight <= 1.0
+            assert ent.mention in case["question"]
+    assert len(groups) == len(case["described"])
+    for group, expected in zip(sorted(groups), case["described"]):
+        assert expected in groups[group], (expected, groups[group])
+        assert groups[group][0] == expected  # the best candidate is listed first
+    named = {e.key for e in found if e.group is None and e.method == "exact"}
+    assert set(case["named"]) <= named
+
+
+def test_clause_linking_off_or_without_the_artifact_keeps_the_old_links(
+    catalog: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+
+    question = CASES["link"][0]["question"]
+    assert all(e.group is None for e in EntityLinker(catalog).link(question, 20))  # clauses=None: switched off
+    # the same catalog whose profile names no vocabulary: no artifact, and clause settings change nothing
+    skb = catalog_skb()
+    skb.profile = Profile()
+    index_dir = tmp_path_factory.mktemp("catalog_plain") / "index"
+    summary = build_index(skb, index_dir, IndexConfig(dataset="catalog", store="none"))
+    assert "phrases" not in summary.timings_s
+    with IndexBundle.open(index_dir, store="none") as plain_bundle:
+        assert phrase_index_for(plain_bundle) is None
+        assert not any(name.startswith("phrases/") for name in plain_bundle.manifest.files)
+        plain = EntityLinker(plain_bundle)
+        assert plain.link(question, 20) == plain.link(question, 20, clauses=AgentConfig().clause_settings())
+
+
+def test_described_clauses_rank_the_right_product(catalog: Any) -> None:
+    linker = EntityLinker(catalog)
+    question = (
+        "Which product has a small appliance that browns slices of bread with radiant heat; "
+        "an appliance that boils water with an electric heating element?"
+    )
+    linked = [e.model_dump() for e in linker.link(question, 20, clauses=AgentConfig().clause_settings())]
+    assert {e["group"] for e in linked} == {0, 1}
+    ranked = rank_targets(catalog.skb, "Product", linked, [], list(PRODUCTS))
+    assert [k for k, _ in ranked[:2]] == ["P_BREAKFAST", "P_KITCHEN"]  # both clauses, then the kettle alone
