@@ -17,6 +17,8 @@ from graphs.errors import ConfigError
 
 ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
 PlannerKind = Literal["offline", "openai"]
+PlannerMode = Literal["loop", "plan-once"]
+StructuredOutput = Literal["tool", "text"]
 
 
 class AgentConfig(BaseModel):
@@ -77,6 +79,27 @@ class AgentConfig(BaseModel):
         default=True,
         description="when the LLM planner keeps failing (down, slow, rate-limited, garbage replies), finish the run "
         "with the offline planner and note it in AgentResult.degraded instead of raising PlannerError",
+    )
+    planner_mode: PlannerMode = Field(
+        default="loop",
+        description="loop: the LLM plans, then chooses tool calls every round (strong models); plan-once (SPARK): one "
+        "LLM call returns the plan and the tool arguments, the deterministic executor walks it (small/slow models)",
+    )
+    structured_output: StructuredOutput = Field(
+        default="tool",
+        description="how the model returns data (plans): a forced tool call (JSON schema) or JSON in the reply text "
+        "(endpoints without tool support)",
+    )
+    plan_repairs: int = Field(default=1, ge=0, le=3, description="repair rounds for an invalid plan (error quoted)")
+    plan_prompt_tokens: int = Field(
+        default=3000, ge=300, le=100_000, description="token budget (chars/4) of the plan prompt, tool schema included"
+    )
+    max_llm_calls: int | None = Field(default=None, ge=1, description="LLM calls per question (None: no limit)")
+    max_prompt_tokens: int | None = Field(
+        default=None, ge=1, description="prompt tokens per question, all LLM calls together (None: no limit)"
+    )
+    max_wall_s: float | None = Field(
+        default=None, gt=0, description="wall time per question in seconds; LLM calls stop when it is spent"
     )
     max_question_chars: int = Field(
         default=20_000, ge=1, description="longest question accepted; longer ones are a ConfigError, not a slow run"

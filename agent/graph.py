@@ -37,6 +37,9 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from agent.config import AgentConfig
 from agent.linking import EntityLinker
 from agent.llm_planner import (
+    Budget,
+    BudgetSpentError,
+    InvalidPlanError,
     PlannerCallError,
     Usage,
     check_tool_calls,
@@ -266,6 +269,9 @@ class AgentGraph:
             "pending_calls": [],
             "round_messages": [],
             "planner_offline": False,
+            "started_at": time.time(),
+            "budget_stop": None,
+            "plan_report": None,
             "scratchpad": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
         }
         if not state.get("messages"):
@@ -290,10 +296,25 @@ class AgentGraph:
         paths: list[list[dict[str, Any]]] = []
         planned = False
         offline = False
+        once = cfg.planner_mode == "plan-once"
+        sources: list[str] = []
+        search_text: str | None = None
+        report: dict[str, Any] | None = None
+        budget_stop: str | None = None
         if cfg.planner == "openai":
+            budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
             try:
-                target, paths = llm_plan(self.model(cfg), question, schema, linked, cfg, usage)
+                outcome = llm_plan(self.model(cfg), question, schema, linked, cfg, usage, budget, once=once)
+                target, paths, report = outcome.target_type, outcome.relation_paths, outcome.report
+                sources, search_text = outcome.sources, outcome.search_text
                 planned = True
+            except BudgetSpentError as exc:
+                # no model call fits the question's budget: nothing later can call the model either
+                budget_stop, offline = exc.budget, True
+                degraded.append(f"{exc}: used the heuristic plan and the offline planner")
+            except InvalidPlanError as exc:
+                report = exc.report
+                degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
             except PlannerCallError as exc:
                 if not self.can_degrade(cfg):
                     raise
@@ -304,7 +325,7 @@ class AgentGraph:
                 degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
         if not planned:
             target, paths = self._heuristic_plan(question, linked, cfg)
-        plan = {
+        plan: dict[str, Any] = {
             "question": question,
             "linked_entities": linked,
             "target_type": target,
@@ -313,6 +334,12 @@ class AgentGraph:
             "per_call_k": cfg.per_call_k,
             "max_rounds": cfg.max_rounds,
         }
+        if once:
+            # plan-once (SPARK): the plan and its tool arguments came from one model call; the offline
+            # planner is the deterministic executor that walks it (its paths, sources and search text)
+            offline = True
+            if planned:
+                plan.update({"sources": sources, "search_text": search_text, "walk_plan_paths": True})
         system = render_prompt(
             "planner_system.md",
             schema=schema.render(),
@@ -339,8 +366,11 @@ class AgentGraph:
             "scratchpad": [SystemMessage(system), HumanMessage(human)],
             "planner_offline": offline,
             "degraded": degraded,
+            "plan_report": report,
             "timings_ms": {"plan": _elapsed_ms(start)},
         }
+        if budget_stop:
+            update["budget_stop"] = budget_stop
         if usage.llm_calls and self.counts_llm(cfg):
             update["usage"] = {"plan": usage.as_dict()}
         return update
@@ -380,11 +410,19 @@ class AgentGraph:
         offline = bool(state.get("planner_offline"))
         scratchpad = state.get("scratchpad") or []
         reply: AIMessage | None = None
+        budget_stop: str | None = None
         if not offline:
             bound: Runnable[LanguageModelInput, BaseMessage] = self.model(cfg).bind_tools(list(tools.values()))
+            budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
             try:
-                reply = invoke_with_retry(bound, scratchpad, cfg)
-                usage.add(reply)
+                reply = budget.call(bound, scratchpad, cfg, usage)
+            except BudgetSpentError as exc:
+                budget_stop, offline = exc.budget, True
+                if self.can_degrade(cfg):
+                    degraded.append(f"{exc}: continued with the offline planner")
+                else:  # stop calling the model; the round ends with what the pool holds (or the fallback)
+                    degraded.append(f"{exc}: stopped planning")
+                    reply = AIMessage(content="")
             except PlannerError as exc:
                 if not self.can_degrade(cfg):
                     raise
@@ -414,6 +452,8 @@ class AgentGraph:
             "degraded": degraded,
             "timings_ms": _add_time(state, "call_planner", start),
         }
+        if budget_stop:
+            update["budget_stop"] = budget_stop
         if self.counts_llm(cfg) and usage.llm_calls:
             previous = (state.get("usage") or {}).get("act") or {}
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
@@ -659,6 +699,8 @@ class AgentGraph:
             tool_calls=int(state.get("tool_calls") or 0),
             tool_output_tokens=int(state.get("tool_output_tokens") or 0),
             usage_by_stage=usage,
+            stopped_by_budget=state.get("budget_stop"),  # type: ignore[arg-type]  # one of BUDGET_NAMES
+            plan=state.get("plan_report"),
         )
         return {"result": result, "messages": [AIMessage(answer)], "timings_ms": {"finalize": timings["finalize"]}}
 

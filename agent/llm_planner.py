@@ -10,31 +10,33 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from agent.config import AgentConfig
 from agent.offline_planner import OfflinePlanner
+from agent.structured import bind_structured, structured_call, tool_spec
 from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema
 from graphs.text_safety import quoted
-from prompts import render_prompt
+from prompts import load_prompt, render_prompt
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
 
-_TRANSIENT_STATUS = {408, 409, 429, 500, 502, 503, 504}
+#: HTTP statuses worth the same request again after a wait (408, a timeout, is not among them).
+_TRANSIENT_STATUS = {409, 429, 500, 502, 503, 504}
 
 
 class PlannerCallError(PlannerError):
@@ -65,39 +67,83 @@ def make_chat_model(config: AgentConfig, bundle: IndexBundle) -> BaseChatModel:
     return ChatOpenAI(**kwargs)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Connection problems, timeouts, 429 and 5xx are worth retrying; 4xx request errors are not."""
+class PlannerTimeoutError(PlannerCallError):
+    """The model did not answer within the call's timeout. Not retried: the same prompt on the same
+    model would take as long again (the issue's reproduction paid 4 x 60 s for it)."""
+
+
+class BudgetSpentError(PlannerError):
+    """A per-question budget (``max_llm_calls``, ``max_prompt_tokens``, ``max_wall_s``) does not allow
+    another model call; ``budget`` names which."""
+
+    def __init__(self, budget: str, message: str) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+
+def _openai_module() -> Any:
     try:
         import openai
     except ImportError:  # pragma: no cover - langchain-openai depends on openai
-        openai = None  # type: ignore[assignment]
+        return None
+    return openai
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """The client gave up waiting for the reply (as opposed to not reaching the server)."""
+    openai = _openai_module()
+    if openai is not None and isinstance(exc, openai.APITimeoutError):
+        return True
+    if isinstance(exc, TimeoutError):
+        return True
+    return type(exc).__name__ in {"ReadTimeout", "WriteTimeout", "PoolTimeout", "TimeoutException"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying the same request after a wait: rate limits (429), connection failures and
+    overloaded servers (5xx). Timeouts are not: the same prompt takes as long again."""
+    if is_timeout(exc):
+        return False
+    openai = _openai_module()
     if openai is not None:
-        if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
+        if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):
             return True
         if isinstance(exc, openai.InternalServerError):
             return True
         if isinstance(exc, openai.APIStatusError):
             return exc.status_code in _TRANSIENT_STATUS
-    if isinstance(exc, TimeoutError | ConnectionError):
+    if isinstance(exc, ConnectionError):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and status in _TRANSIENT_STATUS
 
 
+def _prompt_chars(messages: Sequence[BaseMessage]) -> int:
+    return sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", None) or [])) for m in messages)
+
+
 def invoke_with_retry(
-    model: Runnable[LanguageModelInput, BaseMessage], messages: Sequence[BaseMessage], config: AgentConfig
+    model: Runnable[LanguageModelInput, BaseMessage],
+    messages: Sequence[BaseMessage],
+    config: AgentConfig,
+    timeout_s: float | None = None,
 ) -> AIMessage:
-    """One model call; transient errors retried with capped exponential backoff, then PlannerError."""
+    """One model call; rate limits, connection errors and 5xx retried with capped exponential backoff,
+    then PlannerCallError. A timeout raises PlannerTimeoutError at once (no retry with the same prompt).
+
+    ``timeout_s`` overrides the client's timeout for this call (a wall-time budget shortens it).
+    """
     retrying = Retrying(
         stop=stop_after_attempt(config.llm_attempts),
         wait=wait_exponential(multiplier=config.llm_backoff_initial_s, max=config.llm_backoff_max_s),
         retry=retry_if_exception(is_transient),
         reraise=False,
     )
+    kwargs: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
     try:
         for attempt in retrying:
             with attempt:
-                reply = model.invoke(list(messages))
+                reply = model.invoke(list(messages), **kwargs)
     except RetryError as exc:
         last = exc.last_attempt.exception()
         raise PlannerCallError(
@@ -107,8 +153,13 @@ def invoke_with_retry(
     except PlannerError:
         raise
     except Exception as exc:
-        if is_transient(exc):  # pragma: no cover - handled by tenacity above
-            raise PlannerCallError(f"planner model call failed: {exc}") from exc
+        if is_timeout(exc):
+            waited = timeout_s if timeout_s is not None else config.llm_timeout_s
+            raise PlannerTimeoutError(
+                f"the planner model timed out after {waited:g} s on a prompt of about "
+                f"{_prompt_chars(messages) // 4:,} tokens; not retried with the same prompt: raise llm_timeout_s, "
+                "use a faster endpoint, or shrink the prompt (planner_mode plan-once, tool_output_tokens, max_entities)"
+            ) from exc
         raise PlannerCallError(f"planner model call failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(reply, AIMessage):
         raise PlannerCallError(f"planner model returned {type(reply).__name__}, expected an AIMessage")
@@ -135,6 +186,86 @@ class Usage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
+
+
+#: Names of the per-question budgets, as reported in AgentResult.stopped_by_budget.
+BUDGET_NAMES = ("llm_calls", "prompt_tokens", "wall_time")
+
+
+@dataclass
+class Budget:
+    """What one question may still spend on the model: LLM calls, prompt tokens, wall time.
+
+    Built per graph node from the config and the run's usage so far (``Budget.of``); every model call
+    of the node goes through ``call`` which refuses (BudgetSpentError) before a call that the budget
+    does not allow, and shortens the call's timeout to the wall time left.
+    """
+
+    max_calls: int | None = None
+    max_prompt_tokens: int | None = None
+    deadline: float | None = None
+    """Epoch seconds (``time.time()``) after which no model call starts."""
+    calls: int = 0
+    prompt_tokens: int = 0
+
+    @classmethod
+    def of(
+        cls, cfg: AgentConfig, usage: Mapping[str, Mapping[str, Any]] | None, started_at: float | None
+    ) -> Budget:
+        spent = list((usage or {}).values())
+        return cls(
+            max_calls=cfg.max_llm_calls,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            deadline=(started_at + cfg.max_wall_s) if cfg.max_wall_s is not None and started_at else None,
+            calls=sum(int(u.get("llm_calls", 0) or 0) for u in spent),
+            prompt_tokens=sum(int(u.get("prompt_tokens", 0) or 0) for u in spent),
+        )
+
+    def check(self, messages: Sequence[BaseMessage]) -> None:
+        """Raise BudgetSpentError when no further call fits (the prompt size is estimated as chars/4)."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise BudgetSpentError(
+                "llm_calls", f"LLM call budget spent ({self.calls} of max_llm_calls={self.max_calls})"
+            )
+        if self.max_prompt_tokens is not None:
+            estimate = _prompt_chars(messages) // 4
+            if self.prompt_tokens + estimate > self.max_prompt_tokens:
+                raise BudgetSpentError(
+                    "prompt_tokens",
+                    f"prompt token budget spent ({self.prompt_tokens:,} used + about {estimate:,} for the next call "
+                    f"> max_prompt_tokens={self.max_prompt_tokens:,})",
+                )
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise BudgetSpentError("wall_time", "wall-time budget spent (max_wall_s) before the next LLM call")
+
+    def timeout(self, cfg: AgentConfig) -> float | None:
+        """The call's timeout: ``llm_timeout_s``, or less when the wall-time budget ends sooner."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.time()
+        return max(0.05, min(cfg.llm_timeout_s, left)) if left < cfg.llm_timeout_s else None
+
+    def call(
+        self,
+        model: Runnable[LanguageModelInput, BaseMessage],
+        messages: Sequence[BaseMessage],
+        cfg: AgentConfig,
+        usage: Usage,
+    ) -> AIMessage:
+        """One budgeted model call (retries as ``invoke_with_retry``); its cost is added to ``usage``."""
+        self.check(messages)
+        timeout = self.timeout(cfg)
+        try:
+            reply = invoke_with_retry(model, messages, cfg, timeout_s=timeout)
+        except PlannerTimeoutError as exc:
+            if timeout is not None:  # the wall-time budget cut this call short
+                raise BudgetSpentError("wall_time", f"wall-time budget spent (max_wall_s) during an LLM call: {exc}") from exc
+            raise
+        usage.add(reply)
+        self.calls += 1
+        meta: Mapping[str, Any] = reply.usage_metadata or {}
+        self.prompt_tokens += int(meta.get("input_tokens", 0) or 0)
+        return reply
 
 
 @dataclass
@@ -211,40 +342,178 @@ def check_tool_calls(message: AIMessage, tools: Mapping[str, BaseTool]) -> Check
 
 
 # -- plan stage ----------------------------------------------------------------------------
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+#: Name of the forced tool through which the model returns its plan.
+PLAN_TOOL = "submit_plan"
+PLAN_TOOL_DESCRIPTION = "Submit the retrieval plan."
+#: Most relation paths a plan may carry (more are cut, not an error).
+MAX_PLAN_PATHS = 5
 
 
-def parse_plan(text: str, schema: GraphSchema, max_hops: int) -> tuple[str | None, list[list[dict[str, str]]]]:
-    """Parse and validate the model's JSON plan; raises PlannerError naming what is wrong."""
-    match = _JSON_OBJECT.search(text or "")
-    if match is None:
-        raise PlannerError(f"plan is not a JSON object: {text[:200]!r}")
-    try:
-        data = json.loads(match.group(0))
-    except json.JSONDecodeError as exc:
-        raise PlannerError(f"plan is not valid JSON ({exc}): {text[:200]!r}") from exc
-    if not isinstance(data, dict):
-        raise PlannerError("plan must be a JSON object")
-    labels = set(schema.label_names())
-    rels = set(schema.relation_names())
-    target = data.get("target_type")
-    if target is not None and target not in labels:
-        raise PlannerError(f"plan names unknown target_type {target!r}; valid labels: {sorted(labels)}")
-    paths: list[list[dict[str, str]]] = []
-    for raw in data.get("relation_paths") or []:
-        if not isinstance(raw, list) or not raw or len(raw) > max_hops:
+class PlanStepSpec(BaseModel):
+    """One hop of a relation path, as the model writes it."""
+
+    rel: str = Field(description="relationship type from the schema")
+    direction: Literal["out", "in"] = Field(
+        default="out", description="out: follow the stored arrow from the current node; in: against it"
+    )
+    to_label: str = Field(description="node label reached by this hop")
+
+
+class PlanSpec(BaseModel):
+    """The plan the model returns (loop mode): the answer's node label and the relation paths to it."""
+
+    target_type: str | None = Field(default=None, description="node label of the answer, or null")
+    relation_paths: list[list[PlanStepSpec]] = Field(
+        default_factory=list, description="paths from a linked entity's label to target_type"
+    )
+
+
+class PlanOnceSpec(PlanSpec):
+    """The plan-once (SPARK) reply: the plan plus the arguments of the tool calls the executor makes."""
+
+    sources: list[str] = Field(
+        default_factory=list, description="keys of the linked entities the paths start from (only relevant ones)"
+    )
+    search_text: str | None = Field(default=None, description="a few words describing the answer, for text search")
+
+
+def validate_plan(
+    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]] = ()
+) -> list[str]:
+    """Every way ``plan`` disagrees with the graph schema, as messages a model can act on.
+
+    Checked: the target label exists; each hop's relationship type and label exist and the hop is a
+    pattern of the schema from the label the path is at; paths are 1..max_hops hops and end at the
+    target; a path starts at the label of a linked entity (when any is linked); plan-once sources
+    are linked keys.
+    """
+    labels = schema.label_names()
+    rels = schema.relation_names()
+    label_set, rel_set = set(labels), set(rels)
+    errors: list[str] = []
+    target = plan.target_type
+    if target is not None and target not in label_set:
+        errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
+    # (rel, direction) -> {(from_label, to_label)}
+    patterns: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for r in schema.relations:
+        patterns.setdefault((r.rel, "out"), set()).add((r.src_label, r.dst_label))
+        patterns.setdefault((r.rel, "in"), set()).add((r.dst_label, r.src_label))
+    linked_labels = {str(e.get("label")) for e in linked if e.get("label")}
+    linked_keys = [str(e.get("key")) for e in linked if e.get("key")]
+    if isinstance(plan, PlanOnceSpec):
+        unknown = [k for k in plan.sources if k not in set(linked_keys)]
+        if unknown:
+            errors.append(
+                f"sources: {unknown} are not linked entity keys; use keys from: {', '.join(linked_keys) or '(none)'}"
+            )
+        source_labels = {str(e.get("label")) for e in linked if str(e.get("key")) in set(plan.sources)}
+        linked_labels = source_labels or linked_labels
+    for i, path in enumerate(plan.relation_paths[:MAX_PLAN_PATHS]):
+        where = f"relation_paths[{i}]"
+        if not path:
+            errors.append(f"{where}: empty path; give at least one hop or leave the path out")
             continue
-        path: list[dict[str, str]] = []
-        for step in raw:
-            if not isinstance(step, dict):
+        if len(path) > max_hops:
+            errors.append(f"{where}: {len(path)} hops; at most {max_hops} allowed")
+            continue
+        at: set[str] | None = linked_labels or None  # labels the path may be at before this hop
+        for j, step in enumerate(path):
+            here = f"{where}[{j}]"
+            if step.rel not in rel_set:
+                errors.append(f"{here}.rel: unknown relationship type {step.rel!r}; valid: {', '.join(rels)}")
                 break
-            rel, direction, to_label = step.get("rel"), step.get("direction", "out"), step.get("to_label")
-            if rel not in rels or direction not in ("out", "in") or to_label not in labels:
+            if step.to_label not in label_set:
+                errors.append(f"{here}.to_label: unknown label {step.to_label!r}; valid labels: {', '.join(labels)}")
                 break
-            path.append({"rel": str(rel), "direction": str(direction), "to_label": str(to_label)})
+            froms = {f for f, t in patterns.get((step.rel, step.direction), set()) if t == step.to_label}
+            if not froms:
+                ends = sorted({t for _, t in patterns.get((step.rel, step.direction), set())})
+                errors.append(
+                    f"{here}: {step.rel} with direction {step.direction!r} never reaches {step.to_label!r}"
+                    + (f" (it reaches {', '.join(ends)})" if ends else "; try the other direction")
+                )
+                break
+            if at is not None and not (froms & at):
+                what = "the linked entities' labels" if j == 0 else "the previous hop's label"
+                errors.append(
+                    f"{here}: {step.rel} ({step.direction}) starts at {', '.join(sorted(froms))}, "
+                    f"not at {what} ({', '.join(sorted(at))})"
+                )
+                break
+            at = {step.to_label}
         else:
-            paths.append(path)
-    return target, paths
+            if target is not None and path[-1].to_label != target:
+                errors.append(f"{where}: ends at {path[-1].to_label!r}, but target_type is {target!r}")
+    return errors
+
+
+def compact_schema_text(schema: GraphSchema) -> str:
+    """Labels and relationship patterns only: what a repair needs, in a fraction of the tokens."""
+    lines = ["Node labels: " + ", ".join(schema.label_names()), "Relationships:"]
+    lines += [f"- (:{r.src_label})-[:{r.rel}]->(:{r.dst_label})" for r in schema.relations]
+    return "\n".join(lines)
+
+
+class InvalidPlanError(PlannerError):
+    """The model's plan stayed invalid after the repair rounds; ``report`` says what it tried."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class PlanOutcome:
+    """The plan stage's result and its report (AgentResult.plan)."""
+
+    target_type: str | None
+    relation_paths: list[list[dict[str, str]]]
+    sources: list[str] = field(default_factory=list)
+    search_text: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _plan_messages(
+    question: str,
+    schema: GraphSchema,
+    linked: Sequence[Mapping[str, Any]],
+    config: AgentConfig,
+    once: bool,
+    schema_text: str | None = None,
+) -> list[BaseMessage]:
+    """System (schema, rules: the same for every question, so servers reuse its cache) + question."""
+    spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
+    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION)
+    tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
+    answer = (
+        f"Call `{PLAN_TOOL}` with these fields."
+        if config.structured_output == "tool"
+        else "Answer with one JSON object with these fields and nothing else."
+    )
+    budget_chars = config.plan_prompt_tokens * 4 - tool_chars
+
+    def render(schema_body: str, entities: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
+        system = render_prompt(
+            "plan_request.md",
+            schema=schema_body,
+            max_hops=config.max_hops,
+            once_fields=load_prompt("plan_once_fields.md").strip() if once else "",
+            answer=answer,
+        )
+        # node names are data: JSON-quoted so text inside them reads as a value, not as instructions
+        lines = "\n".join(f"- {e.get('key')} ({e.get('label')}): {quoted(e.get('name'))}" for e in entities)
+        return [SystemMessage(system), HumanMessage(f"Question: {question}\nLinked entities:\n{lines or '(none)'}")]
+
+    entities = list(linked)
+    body = schema_text if schema_text is not None else schema.render()
+    messages = render(body, entities)
+    while _prompt_chars(messages) > budget_chars and entities:
+        entities = entities[: len(entities) // 2] if len(entities) > 4 else entities[:-1]
+        messages = render(body, entities)
+    if _prompt_chars(messages) > budget_chars:  # the schema alone is too long: names only
+        messages = render(compact_schema_text(schema), entities)
+    return messages
 
 
 def llm_plan(
@@ -254,12 +523,47 @@ def llm_plan(
     linked: Sequence[Mapping[str, Any]],
     config: AgentConfig,
     usage: Usage,
-) -> tuple[str | None, list[list[dict[str, str]]]]:
-    """Ask the model for the answer type and relation paths (one call, no tools)."""
-    system = render_prompt("plan_request.md", schema=schema.render(), max_hops=config.max_hops)
-    # node names are data: JSON-quoted so text inside them reads as a value, not as instructions
-    entities = "\n".join(f"- {e.get('key')} ({e.get('label')}): {quoted(e.get('name'))}" for e in linked) or "(none)"
-    human = f"Question: {question}\nLinked entities:\n{entities}"
-    reply = invoke_with_retry(model, [SystemMessage(system), HumanMessage(human)], config)
-    usage.add(reply)
-    return parse_plan(str(reply.text), schema, config.max_hops)
+    budget: Budget | None = None,
+    *,
+    once: bool = False,
+) -> PlanOutcome:
+    """Ask the model for the plan through structured output, validate it against the graph schema,
+    repair up to ``plan_repairs`` times (quoting the errors, with a compact schema), and return it.
+
+    Raises PlannerError (a bad plan after the repairs; the report is on ``.outcome``) or
+    PlannerCallError / BudgetSpentError (no usable reply at all).
+    """
+    budget = budget or Budget()
+    spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
+    messages = _plan_messages(question, schema, linked, config, once)
+    bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output)
+
+    def invoke(history: Sequence[BaseMessage]) -> AIMessage:
+        return budget.call(bound, history, config, usage)
+
+    def shorter(history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        compact = _plan_messages(question, schema, linked, config, once, schema_text=compact_schema_text(schema))
+        return [compact[0], *history[1:]]
+
+    outcome = structured_call(
+        invoke,
+        messages,
+        spec,
+        tool_name=PLAN_TOOL,
+        mode=config.structured_output,
+        validate=lambda plan: validate_plan(plan, schema, config.max_hops, linked),
+        max_repairs=config.plan_repairs,
+        repair_context=shorter,
+    )
+    report = {"mode": config.planner_mode, **outcome.report()}
+    if outcome.value is None:
+        raise InvalidPlanError(
+            f"plan invalid after {outcome.attempts} attempt(s): {' | '.join(outcome.errors)}", report
+        )
+    plan = outcome.value
+    paths = [[step.model_dump() for step in path] for path in plan.relation_paths[:MAX_PLAN_PATHS] if path]
+    result = PlanOutcome(target_type=plan.target_type, relation_paths=paths, report=report)
+    if isinstance(plan, PlanOnceSpec):
+        result.sources = list(dict.fromkeys(plan.sources))
+        result.search_text = (plan.search_text or "").strip()[:300] or None
+    return result

@@ -343,6 +343,10 @@ class OfflinePlanner(BaseChatModel):
         target = plan.get("target_type")
         paths = [[_step(s) for s in p] for p in plan.get("relation_paths") or [] if p]
         linked = [e for e in plan.get("linked_entities") or [] if isinstance(e, dict) and e.get("label") != target]
+        chosen = {str(k) for k in plan.get("sources") or []}
+        if chosen and any(str(e.get("key")) in chosen for e in linked):
+            # plan-once: the model named the entities the question is about; the other links misread it
+            linked = [e for e in linked if str(e.get("key")) in chosen]
         keep = {k for keys in _source_groups(linked, str(target)).values() for k in keys}
         return [e for e in linked if str(e.get("key")) in keep], paths
 
@@ -396,7 +400,8 @@ class OfflinePlanner(BaseChatModel):
         for (rel, label), keys in hierarchies.items():
             calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, "both", label, k * len(keys)))
         if self.use_semantic or not calls:
-            args: dict[str, Any] = {"text": str(plan.get("question") or ""), "k": k}
+            # plan-once: the model's description of the answer; else the question itself
+            args: dict[str, Any] = {"text": str(plan.get("search_text") or plan.get("question") or ""), "k": k}
             if target:
                 args["label"] = target
             if args["text"]:

@@ -481,6 +481,26 @@ def _rows_of(message: Any) -> list[list[Any]]:
     return [r for r in rows if isinstance(r, list) and r] if isinstance(rows, list) else []
 
 
+def plan_paths_from(skb: SKB, label: str, paths: Sequence[Sequence[Mapping[str, Any]]]) -> list[RelPath]:
+    """The plan's relation paths whose first hop leaves ``label`` (by the schema's label patterns)."""
+    from agent.ontology_scoring import schema_for  # cached per SKB
+
+    starts: dict[tuple[str, str], set[str]] = {}
+    for r in schema_for(skb).relations:
+        starts.setdefault((r.rel, "out"), set()).add(r.src_label)
+        starts.setdefault((r.rel, "in"), set()).add(r.dst_label)
+    out: list[RelPath] = []
+    for raw in paths:
+        hops = tuple(
+            Hop(rel=str(s.get("rel")), direction="in" if s.get("direction") == "in" else "out",
+                to_label=str(s.get("to_label")))
+            for s in raw
+        )
+        if hops and label in starts.get((hops[0].rel, hops[0].direction), set()) and hops not in out:
+            out.append(hops)
+    return out
+
+
 def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[Any]) -> Any | None:
     """The offline planner's next message when relation-path planning applies, else None.
 
@@ -505,19 +525,27 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
     limit = int(plan.get("per_call_k") or 50)
     if rounds == 0:
         key = str(topic["key"])
-        scored = planner.predict(question, key, str(topic.get("mention") or "") or None,
-                                 top=planner.profile.planner.paths_walked)
-        if not scored:
-            return None
         label = bundle.skb.nodes[key].label
+        walks: list[RelPath]
+        if plan.get("walk_plan_paths"):
+            # plan-once: walk the model's paths (validated against the schema) that start at the topic
+            walks = plan_paths_from(bundle.skb, label, plan.get("relation_paths") or [])
+            if not walks:
+                return None
+        else:
+            scored = planner.predict(question, key, str(topic.get("mention") or "") or None,
+                                     top=planner.profile.planner.paths_walked)
+            walks = [sp.path for sp in scored]
+        if not walks:
+            return None
         calls = [
             {
                 "name": "cypher",
-                "args": {"query": walk_query(label, sp.path, limit), "params": {"key": key}, "max_rows": limit},
+                "args": {"query": walk_query(label, path, limit), "params": {"key": key}, "max_rows": limit},
                 "id": f"{WALK_ID}{i}",
                 "type": "tool_call",
             }
-            for i, sp in enumerate(scored)
+            for i, path in enumerate(walks)
         ]
         return AIMessage(content="", tool_calls=calls)
     results: dict[int, list[list[Any]]] = {}

@@ -6,7 +6,7 @@ need one validated, serialisable shape that every consumer can rely on.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -62,6 +62,14 @@ class AgentResult(_JsonModel):
     tool_calls: int = 0
     tool_output_tokens: int = Field(default=0, description="chars/4 of the tool results' model-facing text")
     usage_by_stage: dict[str, StageUsage] = Field(default_factory=dict)
+    stopped_by_budget: Literal["llm_calls", "prompt_tokens", "wall_time"] | None = Field(
+        default=None, description="the per-question budget that stopped the LLM calls, if one did"
+    )
+    plan: dict[str, Any] | None = Field(
+        default=None,
+        description="how the LLM plan came about: mode, attempts, valid_first_try, repaired, errors, fixes "
+        "(None when no LLM was asked for a plan)",
+    )
 
     def ranked(self) -> list[tuple[str, float]]:
         """(key, score) in rank order: the shape evals consume."""

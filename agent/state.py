@@ -65,7 +65,13 @@ class AgentState(TypedDict, total=False):
     round_messages: list[AnyMessage]
     """The current round's tool messages in call order (results, then rejected calls), for observe."""
     planner_offline: bool
-    """The configured planner failed for good this run; later rounds use the offline planner."""
+    """The configured planner failed for good this run (or plan-once mode); later rounds use the offline planner."""
+    started_at: float
+    """Epoch seconds when the question started: the wall-time budget (max_wall_s) counts from here."""
+    budget_stop: str | None
+    """Which per-question budget stopped the model calls (llm_calls | prompt_tokens | wall_time), if any."""
+    plan_report: dict[str, Any] | None
+    """How the LLM plan came about (attempts, valid first try, repaired, errors); None without an LLM plan."""
     result: AgentResult
 
 

@@ -208,10 +208,16 @@ def test_transient_errors_are_retried_then_raise(hpo_bundle: Any) -> None:
     assert model.remaining == 0 and result.context[0].key == "OMIM:154700"
     assert result.llm_calls == 1
 
-    failing = ScriptedChatModel([TimeoutError("slow"), TimeoutError("slow"), turn(("finish", {"keys": []}))])
+    failing = ScriptedChatModel([ConnectionError("reset"), ConnectionError("reset"), turn(("finish", {"keys": []}))])
     with pytest.raises(PlannerError, match="2 times"):
         ask("Marfan", bundle=hpo_bundle, config=config(llm_attempts=2, degrade_to_offline=False), chat_model=failing)
     assert failing.remaining == 1
+
+    # a timeout is not a transient error: the same prompt would take as long again
+    slow = ScriptedChatModel([TimeoutError("slow"), turn(("finish", {"keys": []}))])
+    with pytest.raises(PlannerError, match="timed out"):
+        ask("Marfan", bundle=hpo_bundle, config=config(llm_attempts=3, degrade_to_offline=False), chat_model=slow)
+    assert slow.remaining == 1
 
     rejected = ScriptedChatModel([ValueError("bad request")])
     with pytest.raises(PlannerError, match="bad request"):

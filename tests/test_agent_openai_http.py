@@ -42,7 +42,8 @@ def test_openai_planner_over_http(openai_stub: Stub, hpo_bundle: Any) -> None:
         completion(calls=[("search_nodes", '{"keys": ["OMIM:154700"')]),  # truncated JSON: invalid_tool_calls
         finish_with_search_hits,
     ]
-    result = ask("Which disease is Marfan syndrome?", bundle=hpo_bundle, config=openai_config(openai_stub))
+    question = "Which disease has arachnodactyly, like Marfan syndrome?"
+    result = ask(question, bundle=hpo_bundle, config=openai_config(openai_stub))
 
     assert result.context[0].key == "OMIM:154700"
     assert result.target_type == "Disease"
@@ -56,7 +57,9 @@ def test_openai_planner_over_http(openai_stub: Stub, hpo_bundle: Any) -> None:
     assert paths == {"/v1/chat/completions"}
     assert len(openai_stub.requests) == 5
     plan_request, first_act = openai_stub.requests[0]["body"], openai_stub.requests[1]["body"]
-    assert "tools" not in plan_request
+    # the plan comes through a forced tool call (structured output), not free text
+    assert [t["function"]["name"] for t in plan_request["tools"]] == ["submit_plan"]
+    assert plan_request["tool_choice"] == {"type": "function", "function": {"name": "submit_plan"}}
     assert [t["function"]["name"] for t in first_act["tools"]] == ["semantic_search", "search_nodes", "cypher", "finish"]
     assert "step" not in first_act["tools"][0]["function"]["parameters"]["properties"]
     assert openai_stub.requests[2]["body"] == first_act  # the retried request is the same request
@@ -65,14 +68,21 @@ def test_openai_planner_over_http(openai_stub: Stub, hpo_bundle: Any) -> None:
 
 
 def test_invalid_llm_plan_falls_back_to_heuristic_plan(openai_stub: Stub, hpo_bundle: Any) -> None:
+    """Invalid, then still invalid after the one repair round: the heuristic plan, with a note."""
+    bad = '{"target_type": "Illness", "relation_paths": []}'
     openai_stub.replies = [
-        completion(content='{"target_type": "Illness", "relation_paths": []}'),
+        completion(content=bad),
+        completion(calls=[("submit_plan", bad)]),
         completion(calls=[("finish", json.dumps({"keys": ["OMIM:154700"]}))]),
     ]
     result = ask("Marfan syndrome", bundle=hpo_bundle, config=openai_config(openai_stub))
-    assert any("LLM plan failed" in note and "Illness" in note for note in result.degraded)
+    assert any("LLM plan failed" in note and "Illness" in note and "2 attempt" in note for note in result.degraded)
+    assert result.target_type == "Disease"  # the heuristic plan's
+    assert result.plan is not None and not result.plan["valid"] and result.plan["attempts"] == 2
     assert result.context[0].key == "OMIM:154700"
-    assert result.llm_calls == 2
+    assert result.llm_calls == 3
+    repair = openai_stub.requests[1]["body"]["messages"]
+    assert "unknown label 'Illness'" in repair[-1]["content"]  # the validation error, quoted to the model
 
 
 def test_persistent_server_errors_raise_planner_error(openai_stub: Stub, hpo_bundle: Any) -> None:

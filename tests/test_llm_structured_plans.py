@@ -1,0 +1,286 @@
+"""Structured plans, timeouts, budgets and plan-once mode (issue 14 items 1-3).
+
+The LLM is the only fake: scripted chat models (agent.fake_llm) and the OpenAI-compatible HTTP
+stub drive the real agent over the real hpo_mini index (FalkorDB, hnswlib, bm25s, MiniLM).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+
+from agent import AgentConfig, ask
+from agent.fake_llm import ScriptedChatModel
+from agent.llm_planner import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
+from agent.structured import NearJSONError, parse_near_json
+from graphs.errors import PlannerError
+from graphs.model import GraphSchema, LabelInfo, RelationInfo
+from tests.openai_stub import Stub, completion
+
+pytestmark = pytest.mark.integration
+
+APERT = "Which disease has brachyturricephaly, proptosis and cutaneous syndactyly of toes?"
+APERT_KEY = "OMIM:101200"
+TO_DISEASE = [{"rel": "HAS_PHENOTYPE", "direction": "in", "to_label": "Disease"}]
+GOOD_PLAN = {"target_type": "Disease", "relation_paths": [TO_DISEASE]}
+_ids = iter(range(10**6))
+
+
+def plan_call(args: dict[str, Any] | str, tokens: tuple[int, int] = (100, 10)) -> AIMessage:
+    """A reply calling the plan tool (args as a dict, or raw text the client could not parse)."""
+    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": sum(tokens)}
+    call_id = f"plan_{next(_ids)}"
+    if isinstance(args, str):
+        bad = {"name": PLAN_TOOL, "args": args, "id": call_id, "error": "bad json", "type": "invalid_tool_call"}
+        return AIMessage(content="", invalid_tool_calls=[bad], usage_metadata=usage)  # type: ignore[list-item]
+    call = {"name": PLAN_TOOL, "args": args, "id": call_id, "type": "tool_call"}
+    return AIMessage(content="", tool_calls=[call], usage_metadata=usage)  # type: ignore[list-item]
+
+
+def turn(*calls: tuple[str, dict[str, Any]], tokens: tuple[int, int] = (100, 10)) -> AIMessage:
+    usage = {"input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": sum(tokens)}
+    tool_calls = [{"name": n, "args": a, "id": f"call_{next(_ids)}", "type": "tool_call"} for n, a in calls]
+    return AIMessage(content="", tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
+
+
+def config(**overrides: Any) -> AgentConfig:
+    base: dict[str, Any] = {"planner": "openai", "policy": "never", "llm_backoff_initial_s": 0.01}
+    return AgentConfig.model_validate({**base, **overrides})
+
+
+def phenotype_keys(messages: Sequence[BaseMessage]) -> list[str]:
+    """The Phenotype keys the plan prompt lists as linked entities."""
+    text = str(messages[-1].content)
+    return [line.split()[1] for line in text.splitlines() if line.startswith("- HP:") and "(Phenotype)" in line]
+
+
+# -- near-JSON ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        ('{"target_type": "Disease", "relation_paths": []}}', "ignored text after the JSON value"),  # the issue's
+        ('{"target_type": "Disease", "relation_paths": [],}', "removed a trailing comma"),
+        ('```json\n{"target_type": "Disease", "relation_paths": []}\n```', "removed a code fence"),
+        ('Here is the plan: {"target_type": "Disease", "relation_paths": []', "closed 1 open bracket(s)"),
+        ('{"target_type": "Disease", "relation_paths": [], "x": None}', "read Python literal None"),
+    ],
+    ids=["extra-bracket", "trailing-comma", "code-fence", "missing-bracket", "python-none"],
+)
+def test_near_json_is_accepted_with_the_fix_named(text: str, fix: str) -> None:
+    value, fixes = parse_near_json(text)
+    assert value["target_type"] == "Disease" and value["relation_paths"] == []
+    assert fix in fixes
+
+
+def test_text_without_json_is_an_error_naming_the_problem() -> None:
+    with pytest.raises(NearJSONError, match="no JSON object"):
+        parse_near_json("I think the answer is a disease.")
+    with pytest.raises(NearJSONError, match="not valid JSON"):
+        parse_near_json('{"target_type": Disease}')
+
+
+# -- schema validation (a graph with other labels: nothing here knows HPO) ----------------------
+def paper_schema() -> GraphSchema:
+    return GraphSchema(
+        labels=[LabelInfo(label="Paper", count=10), LabelInfo(label="Author", count=5), LabelInfo(label="Venue", count=2)],
+        relations=[
+            RelationInfo(rel="WROTE", src_label="Author", dst_label="Paper", count=12),
+            RelationInfo(rel="PUBLISHED_IN", src_label="Paper", dst_label="Venue", count=10),
+        ],
+    )
+
+
+def step(rel: str, direction: str, to_label: str) -> PlanStepSpec:
+    return PlanStepSpec.model_validate({"rel": rel, "direction": direction, "to_label": to_label})
+
+
+def test_schema_validation_rejects_an_unknown_relation() -> None:
+    linked = [{"key": "a1", "label": "Author", "name": "Ada"}]
+    plan = PlanSpec(target_type="Venue", relation_paths=[[step("WROTE", "out", "Paper"), step("CITES", "out", "Venue")]])
+    errors = validate_plan(plan, paper_schema(), max_hops=2, linked=linked)
+    assert len(errors) == 1
+    assert "relation_paths[0][1].rel: unknown relationship type 'CITES'" in errors[0]
+    assert "WROTE" in errors[0] and "PUBLISHED_IN" in errors[0]  # the valid names, for the repair
+
+
+def test_schema_validation_checks_labels_directions_chaining_and_sources() -> None:
+    schema, linked = paper_schema(), [{"key": "a1", "label": "Author", "name": "Ada"}]
+    good = PlanSpec(target_type="Venue", relation_paths=[[step("WROTE", "out", "Paper"), step("PUBLISHED_IN", "out", "Venue")]])
+    assert validate_plan(good, schema, 2, linked) == []
+    cases = {
+        "unknown label 'Journal'": PlanSpec(target_type="Journal"),
+        "never reaches 'Paper'": PlanSpec(target_type="Paper", relation_paths=[[step("WROTE", "in", "Paper")]]),
+        "not at the linked entities' labels": PlanSpec(
+            target_type="Venue", relation_paths=[[step("PUBLISHED_IN", "out", "Venue")]]
+        ),
+        "but target_type is 'Venue'": PlanSpec(target_type="Venue", relation_paths=[[step("WROTE", "out", "Paper")]]),
+        "at most 1 allowed": good,
+    }
+    for needle, plan in cases.items():
+        errors = validate_plan(plan, schema, 1 if needle.startswith("at most") else 2, linked)
+        assert any(needle in e for e in errors), (needle, errors)
+    once = PlanOnceSpec(target_type="Paper", relation_paths=[[step("WROTE", "out", "Paper")]], sources=["zz"])
+    assert any("'zz'" in e and "a1" in e for e in validate_plan(once, schema, 2, linked))
+
+
+# -- structured plan through the agent ----------------------------------------------------------
+def test_malformed_plan_is_repaired_in_one_round(hpo_bundle: Any) -> None:
+    bad = {"target_type": "Disease", "relation_paths": [[{"rel": "HAS_SYMPTOM", "direction": "in", "to_label": "Disease"}]]}
+    model = ScriptedChatModel([plan_call(bad), plan_call(GOOD_PLAN), turn(("finish", {"keys": [APERT_KEY]}))])
+    result = ask(APERT, bundle=hpo_bundle, config=config(), chat_model=model)
+
+    assert result.plan is not None
+    assert result.plan["valid"] and result.plan["repaired"] and not result.plan["valid_first_try"]
+    assert result.plan["attempts"] == 2 and "HAS_SYMPTOM" in result.plan["errors"][0]
+    assert result.relation_paths == [["<-[HAS_PHENOTYPE]-Disease"]] and result.target_type == "Disease"
+    assert not any("LLM plan failed" in d for d in result.degraded)
+    # the repair call quotes the validation error in a tool message answering the rejected call
+    repair = model.calls[1]
+    assert isinstance(repair[-1], ToolMessage) and "unknown relationship type 'HAS_SYMPTOM'" in str(repair[-1].content)
+    assert "HAS_PHENOTYPE" in str(repair[-1].content)
+    # ... and carries the compact schema (names only), so the repair costs fewer tokens than the first call
+    assert isinstance(repair[0], SystemMessage) and len(str(repair[0].content)) < len(str(model.calls[0][0].content))
+    assert result.llm_calls == 3 and result.usage_by_stage["plan"].llm_calls == 2
+    assert result.context[0].key == APERT_KEY
+
+
+def test_near_json_plan_is_accepted_without_a_repair(openai_stub: Stub, hpo_bundle: Any) -> None:
+    """The issue's reproduction: one bracket too many in the plan. Accepted as is, no second call."""
+    text = json.dumps(GOOD_PLAN) + "}"
+    openai_stub.replies = [
+        completion(calls=[(PLAN_TOOL, text)]),
+        completion(calls=[("finish", json.dumps({"keys": [APERT_KEY]}))]),
+    ]
+    cfg = config(model="stub-model", base_url=openai_stub.url)
+    result = ask(APERT, bundle=hpo_bundle, config=cfg)
+    assert result.plan is not None and result.plan["valid_first_try"] and result.plan["attempts"] == 1
+    assert "ignored text after the JSON value" in result.plan["fixes"]
+    assert result.target_type == "Disease" and result.relation_paths == [["<-[HAS_PHENOTYPE]-Disease"]]
+    assert len(openai_stub.requests) == 2 and result.llm_calls == 2
+
+
+def test_text_mode_reads_json_from_the_reply_and_repairs_with_a_human_turn(hpo_bundle: Any) -> None:
+    model = ScriptedChatModel(
+        [
+            AIMessage(content="The plan: {target_type: Disease}"),
+            AIMessage(content="```json\n" + json.dumps(GOOD_PLAN) + "\n```"),
+            turn(("finish", {"keys": [APERT_KEY]})),
+        ]
+    )
+    result = ask(APERT, bundle=hpo_bundle, config=config(structured_output="text"), chat_model=model)
+    assert result.plan is not None and result.plan["repaired"] and "removed a code fence" in result.plan["fixes"]
+    assert "not valid JSON" in str(model.calls[1][-1].content)
+    assert model.bound_tools == [] or all(t["function"]["name"] != PLAN_TOOL for t in model.bound_tools)
+
+
+# -- timeouts -------------------------------------------------------------------------------------
+def test_a_timeout_is_not_retried_with_the_same_prompt(hpo_bundle: Any) -> None:
+    model = ScriptedChatModel([TimeoutError("read timed out"), TimeoutError("read timed out")])
+    with pytest.raises(PlannerError, match="timed out after .* not retried"):
+        ask(APERT, bundle=hpo_bundle, config=config(degrade_to_offline=False, llm_attempts=4), chat_model=model)
+    assert len(model.calls) == 1  # one try, not llm_attempts tries
+
+
+# -- budgets ----------------------------------------------------------------------------------------
+def test_llm_call_budget_stops_the_model_and_the_offline_planner_finishes(hpo_bundle: Any) -> None:
+    script = [plan_call(GOOD_PLAN), turn(("semantic_search", {"text": "brachyturricephaly", "k": 5}))]
+    model = ScriptedChatModel([*script, turn(("finish", {"keys": ["OMIM:154700"]}))])
+    result = ask(APERT, bundle=hpo_bundle, config=config(max_llm_calls=2), chat_model=model)
+    assert result.llm_calls == 2 and model.remaining == 1
+    assert result.stopped_by_budget == "llm_calls"
+    assert any("max_llm_calls=2" in d and "offline planner" in d for d in result.degraded)
+    assert result.context[0].key == APERT_KEY  # the offline planner took over and answered
+
+
+def test_prompt_token_budget_refuses_a_call_that_would_exceed_it(hpo_bundle: Any) -> None:
+    model = ScriptedChatModel([plan_call(GOOD_PLAN, tokens=(2900, 10)), turn(("finish", {"keys": ["OMIM:154700"]}))])
+    cfg = config(max_prompt_tokens=3000, degrade_to_offline=False)
+    result = ask(APERT, bundle=hpo_bundle, config=cfg, chat_model=model)
+    assert result.llm_calls == 1 and result.prompt_tokens == 2900 and model.remaining == 1
+    assert result.stopped_by_budget == "prompt_tokens"
+    assert any("max_prompt_tokens=3,000" in d and "stopped planning" in d for d in result.degraded)
+    assert result.fallback_used and result.context  # no candidates yet: the hybrid fallback answers
+
+
+def test_wall_time_budget_stops_model_calls(hpo_bundle: Any) -> None:
+    def slow_plan(messages: list[BaseMessage]) -> AIMessage:
+        time.sleep(1.2)
+        return plan_call(GOOD_PLAN)
+
+    model = ScriptedChatModel([slow_plan, turn(("finish", {"keys": ["OMIM:154700"]}))])
+    result = ask(APERT, bundle=hpo_bundle, config=config(max_wall_s=1.0), chat_model=model)
+    assert result.llm_calls == 1 and model.remaining == 1
+    assert result.stopped_by_budget == "wall_time"
+    assert result.target_type == "Disease" and result.context[0].key == APERT_KEY
+
+
+def test_wall_time_budget_cuts_a_slow_http_call_short(openai_stub: Stub, hpo_bundle: Any) -> None:
+    def hang(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        time.sleep(4)
+        return completion(content=json.dumps(GOOD_PLAN))
+
+    openai_stub.replies = [hang]
+    cfg = config(model="stub-model", base_url=openai_stub.url, llm_timeout_s=60.0, max_wall_s=1.5)
+    started = time.monotonic()
+    result = ask(APERT, bundle=hpo_bundle, config=cfg)
+    assert time.monotonic() - started < 4  # the call was cut at the budget, not at llm_timeout_s
+    assert result.stopped_by_budget == "wall_time" and len(openai_stub.requests) == 1
+    assert result.context[0].key == APERT_KEY  # heuristic plan + offline planner
+
+
+# -- plan-once ---------------------------------------------------------------------------------------
+def test_plan_once_makes_one_call_and_the_executor_walks_the_plan(hpo_bundle: Any) -> None:
+    def plan_once(messages: list[BaseMessage]) -> AIMessage:
+        keys = phenotype_keys(messages)
+        assert keys, "the plan prompt lists the linked phenotypes"
+        args = {**GOOD_PLAN, "sources": keys, "search_text": "craniosynostosis with syndactyly"}
+        return plan_call(args, tokens=(900, 60))
+
+    model = ScriptedChatModel([plan_once])
+    result = ask(APERT, bundle=hpo_bundle, config=config(planner_mode="plan-once", max_rounds=4), chat_model=model)
+
+    assert len(model.calls) == 1 and result.llm_calls == 1 and result.prompt_tokens == 900
+    assert result.usage_by_stage["plan"].llm_calls == 1 and "act" not in result.usage_by_stage
+    assert result.plan is not None and result.plan["mode"] == "plan-once" and result.plan["valid_first_try"]
+    assert result.degraded == []
+    assert result.tool_calls >= 2 and result.steps >= 1  # the deterministic executor ran the plan's tool calls
+    assert result.context[0].key == APERT_KEY
+    provenance = {(p.tool, p.query) for item in result.context for p in item.provenance}
+    assert ("semantic_search", "craniosynostosis with syndactyly [label=Disease]") in provenance  # the model's text
+    assert any(tool == "search_nodes" for tool, _ in provenance)  # the plan's relation path, walked
+
+
+def test_plan_once_prompt_stays_within_the_token_budget(hpo_bundle: Any) -> None:
+    """Many linked entities: the entity list is cut so system + question + tool schema fit the budget."""
+    terms = ["brachyturricephaly", "proptosis", "cutaneous syndactyly of toes", "arachnodactyly", "hypertelorism",
+             "frontal bossing", "low-set ears", "high palate", "downslanted palpebral fissures", "broad hallux"]
+    question = "Which disease has " + ", ".join(terms) + "?"
+    budget = 1000
+    cfg = config(planner_mode="plan-once", plan_prompt_tokens=budget, max_entities=50)
+    model = ScriptedChatModel([plan_call(GOOD_PLAN)])
+    result = ask(question, bundle=hpo_bundle, config=cfg, chat_model=model)
+    prompt = model.calls[0]
+    size = (sum(len(str(m.content)) for m in prompt) + len(json.dumps(model.bound_tools[0]["function"]))) / 4
+    assert size <= budget
+    listed = [line for line in str(prompt[-1].content).splitlines() if line.startswith("- ")]
+    assert 0 < len(listed) < len(model.calls[0]) + 50  # some entities listed ...
+    unlimited = ScriptedChatModel([plan_call(GOOD_PLAN)])
+    ask(question, bundle=hpo_bundle, config=cfg.model_copy(update={"plan_prompt_tokens": 20_000}), chat_model=unlimited)
+    full = [line for line in str(unlimited.calls[0][-1].content).splitlines() if line.startswith("- ")]
+    assert len(listed) < len(full)  # ... fewer than without the budget
+    assert len(model.calls) == 1 and result.llm_calls == 1
+
+
+def test_plan_once_invalid_after_repair_uses_the_heuristic_plan_with_a_note(hpo_bundle: Any) -> None:
+    bad = {"target_type": "Sickness", "relation_paths": []}
+    model = ScriptedChatModel([plan_call(bad), plan_call(bad)])
+    result = ask(APERT, bundle=hpo_bundle, config=config(planner_mode="plan-once"), chat_model=model)
+    assert len(model.calls) == 2 and result.llm_calls == 2
+    assert any("LLM plan failed, used the heuristic plan" in d and "Sickness" in d for d in result.degraded)
+    assert result.plan is not None and not result.plan["valid"]
+    assert result.target_type == "Disease" and result.context[0].key == APERT_KEY
