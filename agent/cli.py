@@ -50,6 +50,12 @@ def ask_command(
     policy: Annotated[str, typer.Option(help="always | skip-when-explicit-edges | never")] = "skip-when-explicit-edges",
     max_rounds: Annotated[int | None, typer.Option(help="planner rounds T", min=1, max=50)] = None,
     model: Annotated[str | None, typer.Option(help="LLM model name (planner openai)")] = None,
+    planner_mode: Annotated[
+        str, typer.Option(help="loop (the LLM picks tools every round) | plan-once (one LLM call plans, rules execute)")
+    ] = "loop",
+    max_llm_calls: Annotated[int | None, typer.Option(help="LLM calls per question", min=1)] = None,
+    max_prompt_tokens: Annotated[int | None, typer.Option(help="prompt tokens per question", min=1)] = None,
+    max_wall_s: Annotated[float | None, typer.Option(help="seconds per question for LLM calls", min=0.001)] = None,
     trace: Annotated[
         bool | None, typer.Option("--trace/--no-trace", help="record a local trace (default: on unless SKB_TRACING=0)")
     ] = None,
@@ -68,7 +74,11 @@ def ask_command(
             raise ConfigError(f"unknown --planner {planner!r}; use offline or openai")
         if policy not in ("always", "skip-when-explicit-edges", "never"):
             raise ConfigError(f"unknown --policy {policy!r}; use always, skip-when-explicit-edges or never")
-        settings: dict[str, object] = {"planner": planner, "k": k, "k_prime": k_prime, "policy": policy}
+        if planner_mode not in ("loop", "plan-once"):
+            raise ConfigError(f"unknown --planner-mode {planner_mode!r}; use loop or plan-once")
+        settings: dict[str, object] = {"planner": planner, "k": k, "k_prime": k_prime, "policy": policy,
+                                       "planner_mode": planner_mode, "max_llm_calls": max_llm_calls,
+                                       "max_prompt_tokens": max_prompt_tokens, "max_wall_s": max_wall_s}
         if max_rounds is not None:
             settings["max_rounds"] = max_rounds
         if model is not None:
@@ -100,6 +110,8 @@ def ask_command(
         notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens)")
     if result.fallback_used:
         notes.append("fallback search used")
+    if result.stopped_by_budget:
+        notes.append(f"LLM calls stopped by the {result.stopped_by_budget} budget")
     console.print(", ".join(notes), style="dim", soft_wrap=True)
     for note in result.degraded:
         err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False, soft_wrap=True)

@@ -231,6 +231,17 @@ for _policy in SAGE_POLICIES:
     _REGISTRY[f"agent+sage:{_policy}"] = (_agent_builder(_policy), _agent_options)
 
 
+def _plan_once(name: str, bundle: Any, **overrides: Any) -> Retriever:
+    """``agent-plan-once``: the LLM planner in SPARK single-call mode (one call plans, the offline executor
+    walks the plan); needs OPENAI_API_KEY (and OPENAI_BASE_URL for a local server), model via ``--set model=``."""
+    if overrides.get("planner_mode", "plan-once") != "plan-once":
+        raise ConfigError(f"method {name!r} fixes planner_mode='plan-once'; use method 'agent' for the loop mode")
+    return AgentMethod(name, bundle, sage_policy="never", **{"planner": "openai", **overrides, "planner_mode": "plan-once"})
+
+
+_REGISTRY["agent-plan-once"] = (_plan_once, _agent_options)
+
+
 def method_names() -> list[str]:
     """Every name ``make_method`` accepts (including registered extras)."""
     return list(_REGISTRY)

@@ -18,7 +18,7 @@ from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
 from agent.llm_planner import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
 from agent.structured import NearJSONError, parse_near_json
-from graphs.errors import PlannerError
+from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema, LabelInfo, RelationInfo
 from tests.openai_stub import Stub, completion
 
@@ -284,3 +284,45 @@ def test_plan_once_invalid_after_repair_uses_the_heuristic_plan_with_a_note(hpo_
     assert any("LLM plan failed, used the heuristic plan" in d and "Sickness" in d for d in result.degraded)
     assert result.plan is not None and not result.plan["valid"]
     assert result.target_type == "Disease" and result.context[0].key == APERT_KEY
+
+
+# -- CLI, eval method, traces ----------------------------------------------------------------------
+def test_skb_ask_plan_once_with_budgets_and_the_trace_records_the_plan_report(
+    openai_stub: Stub, hpo_index_dir: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+    from agent.tracing import TraceStore
+
+    db = tmp_path / "traces.sqlite"
+    monkeypatch.setenv("SKB_TRACE_DB", str(db))
+    openai_stub.replies = [completion(calls=[(PLAN_TOOL, json.dumps({**GOOD_PLAN, "search_text": "skull and toes"}))])]
+    args = ["ask", APERT, "--index-dir", str(hpo_index_dir), "--planner", "openai", "--model", "stub-model",
+            "--planner-mode", "plan-once", "--max-llm-calls", "1", "--max-wall-s", "120", "--policy", "never",
+            "--json", "--trace"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["llm_calls"] == 1 and len(openai_stub.requests) == 1
+    assert data["plan"]["mode"] == "plan-once" and data["plan"]["valid_first_try"]
+    assert data["context"][0]["key"] == APERT_KEY and data["stopped_by_budget"] is None
+
+    trace = TraceStore(db).list_traces()[0]
+    assert trace.llm_calls == 1
+    runs = {run.name: run for run in TraceStore(db).runs_of_trace(trace.id)}
+    assert runs["plan"].outputs["plan_report"]["valid_first_try"] is True  # visible per stage in the trace
+
+    bad = CliRunner().invoke(app, ["ask", "x", "--index-dir", str(hpo_index_dir), "--planner-mode", "twice"])
+    assert bad.exit_code == 2 and "unknown --planner-mode 'twice'" in bad.stderr
+
+
+def test_eval_method_agent_plan_once(hpo_bundle: Any) -> None:
+    from evals.methods import make_method, method_names
+
+    assert "agent-plan-once" in method_names()
+    method = make_method("agent-plan-once", hpo_bundle, model="local", max_wall_s=180)
+    cfg = method.config["agent_config"]
+    assert cfg["planner"] == "openai" and cfg["planner_mode"] == "plan-once" and cfg["max_wall_s"] == 180
+    with pytest.raises(ConfigError, match="fixes planner_mode"):
+        make_method("agent-plan-once", hpo_bundle, planner_mode="loop")
