@@ -219,10 +219,13 @@ _LEX_LOCK = threading.Lock()
 
 
 def lexicon_for(skb: SKB) -> Lexicon:
+    """The SKB's lexicon: stored by ``skb index`` (``agent.precomputed``) when valid, else built here."""
+    from agent.precomputed import stored_lexicon
+
     with _LEX_LOCK:
         lex = _LEXICONS.get(skb)
         if lex is None:
-            lex = _LEXICONS[skb] = build_lexicon(skb)
+            lex = _LEXICONS[skb] = stored_lexicon(skb) or build_lexicon(skb)
         return lex
 
 
@@ -303,6 +306,12 @@ class EntityLinker:
     def _by_name(self) -> dict[str, list[str]]:
         """Exact display name -> keys (built on first bracketed question)."""
         if self._names is None:
+            from agent.precomputed import stored_names
+
+            stored = stored_names(self.skb)
+            if stored is not None:
+                self._names = stored
+                return stored
             table: dict[str, list[str]] = defaultdict(list)
             for node in self.skb.nodes.values():
                 table[node.name].append(node.key)

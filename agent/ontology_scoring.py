@@ -70,12 +70,16 @@ def schema_for(skb: SKB) -> GraphSchema:
 
 
 def find_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
-    """Cached ``detect_hierarchy``."""
+    """Cached ``detect_hierarchy`` (stored by ``skb index``: ``agent.precomputed``)."""
+    from agent.precomputed import stored_hierarchy
+
     with _META_LOCK:
         per = _HIERARCHIES.setdefault(skb, {})
         if label in per:
             return per[label]
-    found = detect_hierarchy(skb, label)
+    stored, found = stored_hierarchy(skb, label)
+    if not stored:
+        found = detect_hierarchy(skb, label)
     with _META_LOCK:
         _HIERARCHIES.setdefault(skb, {})[label] = found
     return found
@@ -435,8 +439,13 @@ def model_for(skb: SKB, target_label: str, term_label: str) -> AnnotationModel |
         per = _CACHE.setdefault(skb, {})
         if (target_label, term_label) in per:
             return per[(target_label, term_label)]
+        from agent.precomputed import stored_model
+
+        model = stored_model(skb, target_label, term_label)
+        if model is not None:
+            per[(target_label, term_label)] = model
+            return model
         annotation = find_annotation(schema_for(skb), target_label, term_label)
-        model = None
         if annotation is not None:
             model = build_model(skb, annotation, find_hierarchy(skb, term_label))
         per[(target_label, term_label)] = model

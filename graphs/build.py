@@ -25,12 +25,15 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from graphs.errors import ConfigError
 from graphs.model import SKB
+
+if TYPE_CHECKING:
+    from graphs.manifest import FileDigest
 
 StageProgress = Callable[[str, int, int], None]
 """progress(stage, done, total) -- drives the CLI's progress bar."""
@@ -94,8 +97,9 @@ def _is_index(path: Path) -> bool:
 def _foreign_files(index_dir: Path) -> list[str]:
     """Files inside the listed build outputs of an index that its manifest does not list."""
     try:
-        listed = set(json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))["files"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raw = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
+        listed = set(raw["files"]) | set(raw.get("data_files") or {})
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
         listed = set()
     foreign: list[str] = []
     for sub in LISTED_OUTPUT_DIRS:
@@ -152,6 +156,40 @@ def default_cache_dir(index_dir: Path) -> Path:
     return index_dir.resolve().parent / ".skb-cache"
 
 
+#: Files at least this large are checked at open by size and sampled digest (``FileDigest``), in full by
+#: ``skb verify``: hashing every byte of the vectors and arrays on each start would cost a second or more.
+LARGE_FILE_BYTES = 1 << 20
+
+
+def split_large_files(
+    root: Path, files: dict[str, str], data_files: dict[str, FileDigest]
+) -> tuple[dict[str, str], dict[str, FileDigest]]:
+    """Move the large entries of ``files`` (path -> sha256) into ``data_files`` (size + sampled digest)."""
+    from graphs.manifest import FileDigest, sample_sha256
+
+    small: dict[str, str] = {}
+    large = dict(data_files)
+    for rel, digest in files.items():
+        path = root / rel
+        size = path.stat().st_size
+        if size >= LARGE_FILE_BYTES:
+            large[rel] = FileDigest(size=size, sha256=digest, sample_sha256=sample_sha256(path, size))
+        else:
+            small[rel] = digest
+    return small, large
+
+
+def write_fast_start(skb: SKB, skb_dir: Path) -> None:
+    """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
+    (``graphs.skb_compact``) and the planner's statistics computed from it (``graphs.skb_state``)."""
+    from graphs.skb_compact import COMPACT_DIR, write_compact
+    from graphs.skb_state import STATE_DIR, precompute
+
+    write_compact(skb, skb_dir / COMPACT_DIR)
+    # from the SKB in memory (the compact arrays keep its node order, which the records refer to)
+    precompute(skb, skb_dir / STATE_DIR)
+
+
 def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -187,6 +225,7 @@ def build_index(
         t0 = time.perf_counter()
         skb.validate(source=f"dataset {config.dataset}")
         write_jsonl(skb, tmp / "skb")
+        write_fast_start(skb, tmp / "skb")
         timings["write_skb"] = time.perf_counter() - t0
 
         keys = list(skb.nodes)
@@ -268,6 +307,7 @@ def build_index(
                 neo.load(skb, progress=lambda d, t: report("store", d, t))
         timings["store"] = time.perf_counter() - t0
 
+        files, data_files = split_large_files(tmp, files, data_files)
         stats = skb.stats()
         manifest = Manifest(
             dataset=config.dataset,

@@ -13,7 +13,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import hnswlib
@@ -22,6 +23,7 @@ import numpy as np
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
 from graphs.manifest import (
     HNSWParams,
+    atomic_write_bytes,
     atomic_write_json,
     fsync_dir,
     fsync_file,
@@ -34,6 +36,9 @@ __all__ = ["HNSWIndex", "HNSWParams"]
 
 IDS_FILE = "ids.json"
 GLOBAL_FILE = "global.bin"
+#: Every stored vector (float32, rows in id order) for memory-mapped reads: ``vector``/``vectors``
+#: and exact scans then need no HNSW graph in memory. Absent in indexes built before it existed.
+VECTORS_FILE = "vectors.npy"
 _FORMAT = 1
 _SAFE_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Below this many vectors an exact scan is cheaper and exact; hnswlib can also fail to
@@ -53,8 +58,16 @@ def _num_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+Opener = Callable[[], hnswlib.Index]
+"""Opens one saved HNSW graph on first use (``HNSWIndex.load`` opens none up front)."""
+
+
 class HNSWIndex:
-    """Global + per-label cosine HNSW indexes sharing one id table."""
+    """Global + per-label cosine HNSW indexes sharing one id table.
+
+    A loaded index opens each graph file the first time a search needs it: a process that only
+    searches genes never reads the global or the phenotype graph (hundreds of MB on large SKBs).
+    """
 
     def __init__(
         self,
@@ -62,20 +75,40 @@ class HNSWIndex:
         labels: list[str],
         dim: int,
         params: HNSWParams,
-        global_index: hnswlib.Index,
-        label_indexes: dict[str, hnswlib.Index],
+        global_index: hnswlib.Index | Opener,
+        label_indexes: dict[str, hnswlib.Index | Opener],
+        *,
+        vectors: np.ndarray | None = None,
     ) -> None:
         self.keys = keys
         self.labels = labels
         self.dim = dim
         self.params = params
-        self._global = global_index
-        self._by_label = label_indexes
+        self._global_src = global_index
+        self._label_src = label_indexes
+        self._opened: dict[str | None, hnswlib.Index] = {}
+        self._open_lock = threading.Lock()
+        self._vectors = vectors
         self._pos = {key: i for i, key in enumerate(keys)}
         self._label_ids: dict[str, np.ndarray] = {}
+        label_arr = np.asarray(labels, dtype=object)
         for label in label_indexes:
-            self._label_ids[label] = np.fromiter((i for i, lab in enumerate(labels) if lab == label), dtype=np.int64)
+            self._label_ids[label] = np.flatnonzero(label_arr == label).astype(np.int64)
         self.set_ef(params.ef)
+
+    def _graph(self, label: str | None) -> hnswlib.Index:
+        """The global (``None``) or a label's graph, opened on first use with the current ef."""
+        index = self._opened.get(label)
+        if index is not None:
+            return index
+        with self._open_lock:
+            index = self._opened.get(label)
+            if index is None:
+                src = self._global_src if label is None else self._label_src[label]
+                index = src if isinstance(src, hnswlib.Index) else src()
+                index.set_ef(self.params.ef)
+                self._opened[label] = index
+        return index
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -108,7 +141,7 @@ class HNSWIndex:
         ids = np.arange(n, dtype=np.int64)
         global_index = cls._new_index(dim, n, params, seed)
         global_index.add_items(vectors, ids, num_threads=threads)
-        by_label: dict[str, hnswlib.Index] = {}
+        by_label: dict[str, hnswlib.Index | Opener] = {}
         label_arr = np.asarray(labels, dtype=object)
         for label in sorted(set(labels)):
             sel = ids[label_arr == label]
@@ -130,24 +163,23 @@ class HNSWIndex:
         return len(self.keys)
 
     def label_names(self) -> list[str]:
-        return sorted(self._by_label)
+        return sorted(self._label_src)
 
     def set_ef(self, ef: int) -> None:
         """Raise for recall, lower for speed; takes effect on the next query."""
         if ef < 1:
             raise ConfigError(f"HNSW ef must be >= 1, got {ef}")
         self.params = self.params.model_copy(update={"ef": ef})
-        self._global.set_ef(ef)
-        for index in self._by_label.values():
-            index.set_ef(ef)
+        with self._open_lock:
+            for index in self._opened.values():
+                index.set_ef(ef)
 
     def _index_for(self, label: str | None) -> tuple[hnswlib.Index | None, int]:
         if label is None:
-            return self._global, len(self.keys)
-        index = self._by_label.get(label)
-        if index is None:
+            return self._graph(None), len(self.keys)
+        if label not in self._label_src:
             return None, 0
-        return index, len(self._label_ids[label])
+        return self._graph(label), len(self._label_ids[label])
 
     def _check_query(self, vectors: np.ndarray) -> np.ndarray:
         arr = np.asarray(vectors, dtype=np.float32)
@@ -166,12 +198,14 @@ class HNSWIndex:
 
     def search_batch(self, vectors: np.ndarray, k: int, label: str | None = None) -> list[list[tuple[str, float]]]:
         queries = self._check_query(vectors)
-        index, size = self._index_for(label)
+        size = len(self.keys) if label is None else len(self._label_ids.get(label, ()))
         k = min(int(k), size)
-        if index is None or k <= 0:
+        if k <= 0 or (label is not None and label not in self._label_src):
             return [[] for _ in range(len(queries))]
         if size < _EXACT_BELOW:
             return self._exact(queries, k, label)
+        index, _ = self._index_for(label)
+        assert index is not None
         # hnswlib searches with max(ef, k), so ef is never mutated per query (safe across threads).
         try:
             ids, dists = index.knn_query(queries, k=k, num_threads=1 if len(queries) == 1 else _num_threads())
@@ -185,9 +219,12 @@ class HNSWIndex:
 
     def _exact(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
         ids = self._label_ids[label] if label is not None else np.arange(len(self.keys), dtype=np.int64)
-        index, _ = self._index_for(label)
-        assert index is not None
-        mat = np.asarray(index.get_items(ids, return_type="numpy"), dtype=np.float32)
+        if self._vectors is not None:
+            mat = np.asarray(self._vectors[ids], dtype=np.float32)
+        else:
+            index, _ = self._index_for(label)
+            assert index is not None
+            mat = np.asarray(index.get_items(ids, return_type="numpy"), dtype=np.float32)
         q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
         sims = q @ mat.T
         out: list[list[tuple[str, float]]] = []
@@ -206,7 +243,9 @@ class HNSWIndex:
         pos = self._pos.get(key)
         if pos is None:
             raise KeyError(f"node {key!r} is not in the HNSW index")
-        return np.asarray(self._global.get_items([pos], return_type="numpy"), dtype=np.float32)[0]
+        if self._vectors is not None:
+            return np.array(self._vectors[pos], dtype=np.float32)
+        return np.asarray(self._graph(None).get_items([pos], return_type="numpy"), dtype=np.float32)[0]
 
     def vectors(self, keys: Sequence[str]) -> np.ndarray:
         positions = []
@@ -217,7 +256,11 @@ class HNSWIndex:
             positions.append(pos)
         if not positions:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.asarray(self._global.get_items(positions, return_type="numpy"), dtype=np.float32)
+        if self._vectors is not None:
+            if len(positions) == len(self.keys) and positions == list(range(len(self.keys))):
+                return self._vectors  # every vector in id order: the read-only map itself, no copy
+            return np.asarray(self._vectors[positions], dtype=np.float32)
+        return np.asarray(self._graph(None).get_items(positions, return_type="numpy"), dtype=np.float32)
 
     def __contains__(self, key: object) -> bool:
         return key in self._pos
@@ -228,9 +271,9 @@ class HNSWIndex:
         dir = Path(dir)
         dir.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
-        label_files = {label: _label_file(label) for label in self._by_label}
-        for name, index in [(GLOBAL_FILE, self._global)] + [
-            (label_files[label], idx) for label, idx in sorted(self._by_label.items())
+        label_files = {label: _label_file(label) for label in self._label_src}
+        for name, index in [(GLOBAL_FILE, self._graph(None))] + [
+            (label_files[label], self._graph(label)) for label in sorted(self._label_src)
         ]:
             target = dir / name
             tmp = temp_path_for(target)
@@ -242,6 +285,13 @@ class HNSWIndex:
                 tmp.unlink(missing_ok=True)
                 raise
             files[name] = sha256_file(target)
+        if self.keys:
+            import io
+
+            buf = io.BytesIO()
+            np.save(buf, np.ascontiguousarray(self.vectors(self.keys), dtype=np.float32), allow_pickle=False)
+            atomic_write_bytes(dir / VECTORS_FILE, buf.getvalue())
+            files[VECTORS_FILE] = sha256_file(dir / VECTORS_FILE)
         meta = {
             "format": _FORMAT,
             "space": "cosine",
@@ -281,11 +331,35 @@ class HNSWIndex:
         counts: dict[str, int] = {}
         for lab in labels:
             counts[lab] = counts.get(lab, 0) + 1
-        global_index = cls._open(dir / global_name, dim, len(keys))
-        by_label = {label: cls._open(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
+        for name in [global_name, *label_files.values()]:
+            if not (dir / name).is_file():
+                raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
+        global_index = cls._opener(dir / global_name, dim, len(keys))
+        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
         if ef is not None:
             params = params.model_copy(update={"ef": ef})
-        return cls(keys, labels, dim, params, global_index, by_label)
+        return cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+
+    @classmethod
+    def _opener(cls, path: Path, dim: int, expected: int) -> Opener:
+        return lambda: cls._open(path, dim, expected)
+
+    @staticmethod
+    def _map_vectors(dir: Path, n: int, dim: int) -> np.ndarray | None:
+        """``vectors.npy`` memory-mapped read-only, or None when the index predates it."""
+        path = dir / VECTORS_FILE
+        if not path.is_file():
+            return None
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise IndexCorruptError(f"{path} cannot be read ({exc}) -- rebuild the index with `skb index`") from exc
+        if arr.shape != (n, dim) or arr.dtype != np.float32:
+            raise IndexCorruptError(
+                f"{path} holds {arr.dtype} vectors of shape {arr.shape} but the id table says ({n}, {dim}) "
+                "-- rebuild the index with `skb index`"
+            )
+        return arr
 
     @staticmethod
     def _open(path: Path, dim: int, expected: int) -> hnswlib.Index:

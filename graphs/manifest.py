@@ -129,18 +129,18 @@ def checksum_tree(root: Path, *, exclude: tuple[str, ...] = ()) -> dict[str, str
     return out
 
 
-def verify_checksums(root: Path, files: dict[str, str], *, what: str = "index") -> None:
+def verify_checksums(root: Path, files: dict[str, str], *, what: str = "index", hint: str = REBUILD_HINT) -> None:
     """Raise IndexCorruptError naming the first file that is missing or whose sha256 differs."""
     root = Path(root)
     for rel, expected in sorted(files.items()):
         target = _safe_join(root, rel)
         if not target.is_file():
-            raise IndexCorruptError(f"{what} file {rel!r} is missing from {root} -- {REBUILD_HINT}")
+            raise IndexCorruptError(f"{what} file {rel!r} is missing from {root} -- {hint}")
         actual = sha256_file(target)
         if actual != expected:
             raise IndexCorruptError(
                 f"{what} file {rel!r} in {root} fails its checksum (expected sha256 {expected[:12]}..., "
-                f"found {actual[:12]}...); the file was modified or damaged -- {REBUILD_HINT}"
+                f"found {actual[:12]}...); the file was modified or damaged -- {hint}"
             )
 
 
@@ -322,7 +322,9 @@ class Manifest(BaseModel):
     ) -> None:
         """Refuse an index this code cannot serve correctly; cheap checks first, checksums last.
 
-        ``full`` also hashes the large data files completely (otherwise size + sampled digest)."""
+        ``full`` also hashes the large data files completely (otherwise size + sampled digest): the
+        large files (vectors, arrays, graph dump; see ``graphs.build.LARGE_FILE_BYTES``) are checked
+        at every open by size and sampled digest, in full by ``skb verify``."""
         index_dir = Path(index_dir)
         if self.format_version != FORMAT_VERSION:
             raise IndexMismatchError(_version_message(index_dir, self.format_version))
@@ -337,7 +339,7 @@ class Manifest(BaseModel):
                 f"embedder produces {expected_dim} -- {REBUILD_HINT}"
             )
         if check_files:
-            verify_checksums(index_dir, self.files)
+            verify_checksums(index_dir, self.files, hint=rebuild_hint(index_dir))
             self.verify_graph(index_dir, full=full)
 
     def verify_graph(self, index_dir: Path, *, full: bool = False) -> None:

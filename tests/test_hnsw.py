@@ -184,7 +184,7 @@ def test_build_rejects_bad_input() -> None:
 def test_save_load_round_trip(data: dict[str, object], tmp_path: Path) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     files = index.save(tmp_path / "hnsw")
-    assert set(files) == {"global.bin", "Even.bin", "Odd.bin", "Rare.bin", "ids.json"}
+    assert set(files) == {"global.bin", "Even.bin", "Odd.bin", "Rare.bin", "ids.json", "vectors.npy"}
     for rel, digest in files.items():
         assert sha256_file(tmp_path / "hnsw" / rel) == digest
     assert [p.name for p in (tmp_path / "hnsw").iterdir() if p.name.startswith(".")] == []  # no temp leftovers
@@ -227,6 +227,6 @@ def test_odd_label_names_get_safe_file_names(tmp_path: Path) -> None:
     index = HNSWIndex.build([f"k{i}" for i in range(6)], labels, vecs)
     files = index.save(tmp_path / "h")
     assert all("/" not in name and not name.startswith(".") for name in files)
-    assert len(files) == 5  # global + 3 labels + ids.json, none overwriting another
+    assert len(files) == 6  # global + 3 labels + ids.json + vectors.npy, none overwriting another
     loaded = HNSWIndex.load(tmp_path / "h", checksums=files)
     assert {k for k, _ in loaded.search(vecs[0], 5, label="Gene/Protein")} == {"k0", "k1"}

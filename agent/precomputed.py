@@ -1,0 +1,320 @@
+"""The agent's statistics stored at index time: entity-linker lexicon, name table, scoring models.
+
+Why: building the lexicon (normalising ~60k names and synonyms) and the ontology scoring models
+(transitive closure, propagated annotations, information content) took seconds on every process
+start for the same index. ``skb index`` runs ``precompute_lexicon`` and ``precompute_scoring``
+(``graphs.skb_state.PRECOMPUTERS``); ``agent.linking.lexicon_for`` and
+``agent.ontology_scoring.model_for``/``find_hierarchy`` read the records back and fall back to
+computing when a record is missing or was computed by other code or another domain profile (the
+digest covers the source of the computing modules and the resolved profile).
+
+Records keep node references as positions in the SKB's node order (``CompactSKB.node_keys``), so
+the bulk is numpy arrays opened memory-mapped; only small tables are JSON.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from scipy import sparse
+
+from graphs.loaders.profiles import profile_for
+from graphs.model import SKB
+from graphs.skb_compact import source_digest
+from graphs.skb_state import digest_of, read_state, state_dir_of, write_state
+
+LEXICON = "lexicon"
+NAMES = "names"
+SCORING = "scoring"
+
+
+def _profile_json(skb: SKB) -> str:
+    return profile_for(skb).model_dump_json()
+
+
+_DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def lexicon_digest(skb: SKB) -> str:
+    """The code and profile the lexicon record depends on (computed once per SKB)."""
+    per = _DIGESTS.setdefault(skb, {})
+    if LEXICON not in per:
+        per[LEXICON] = digest_of(source_digest("agent.linking", "graphs.loaders.profiles"), _profile_json(skb))
+    return per[LEXICON]
+
+
+def scoring_digest(skb: SKB) -> str:
+    """The code and profile the scoring record depends on (computed once per SKB)."""
+    per = _DIGESTS.setdefault(skb, {})
+    if SCORING not in per:
+        per[SCORING] = digest_of(
+            source_digest("agent.ontology_scoring", "graphs.loaders.profiles", "graphs.model"), _profile_json(skb)
+        )
+    return per[SCORING]
+
+
+def _node_keys(skb: SKB) -> list[str]:
+    keys = getattr(skb, "node_keys", None)
+    return list(keys()) if callable(keys) else list(skb.nodes)
+
+
+# -- lexicon ---------------------------------------------------------------------------------
+def precompute_lexicon(skb: SKB, state_dir: Path) -> None:
+    """Store the lexicon (name table, token index, prefix vocabulary) and the display-name table."""
+    from agent.linking import build_lexicon
+
+    lex = build_lexicon(skb)
+    keys = _node_keys(skb)
+    position = {key: i for i, key in enumerate(keys)}
+    row_of = {toks: i for i, toks in enumerate(lex.table)}
+    tokens: list[str] = []
+    ptr = [0]
+    nodes: list[int] = []
+    primary: list[bool] = []
+    case: dict[str, str] = {}
+    for toks, entries in lex.table.items():
+        tokens.append(" ".join(toks))
+        for entry in entries:
+            if entry.case_sensitive is not None:
+                case[str(len(nodes))] = entry.case_sensitive
+            nodes.append(position[entry.key])
+            primary.append(entry.primary)
+        ptr.append(len(nodes))
+    vocab = list(lex.by_token)
+    by_ptr = [0]
+    by_rows: list[int] = []
+    for token in vocab:
+        by_rows.extend(row_of[toks] for toks in lex.by_token[token])
+        by_ptr.append(len(by_rows))
+    meta = {
+        "tokens": tokens, "case": case, "frame": sorted(lex.frame), "max_len": lex.max_len, "vocab": vocab,
+        "token_df": [lex.token_df[t] for t in vocab], "vocab_by_prefix": lex.vocab_by_prefix,
+    }
+    arrays: dict[str, np.ndarray] = {
+        "ptr": np.asarray(ptr, dtype=np.int64),
+        "node": np.asarray(nodes, dtype=np.int32),
+        "primary": np.asarray(primary, dtype=np.bool_),
+        "by_ptr": np.asarray(by_ptr, dtype=np.int64),
+        "by_rows": np.asarray(by_rows, dtype=np.int32),
+    }
+    write_state(state_dir, LEXICON, lexicon_digest(skb), meta, arrays)
+    write_state(state_dir, NAMES, lexicon_digest(skb), {"names": [skb.nodes[key].name for key in keys]}, {})
+
+
+class _StoredTable(Mapping[tuple[str, ...], list[Any]]):
+    """The lexicon's token tuple -> entries table over the stored arrays; entries built on first lookup."""
+
+    def __init__(self, tokens: list[str], arrays: dict[str, np.ndarray], keys: list[str], case: dict[str, str]):
+        self._tokens = tokens
+        self._row = {joined: i for i, joined in enumerate(tokens)}
+        self._ptr, self._node, self._primary = arrays["ptr"], arrays["node"], arrays["primary"]
+        self._keys = keys
+        self._case = case
+        self._cache: dict[int, list[Any]] = {}
+
+    def entries(self, row: int) -> list[Any]:
+        hit = self._cache.get(row)
+        if hit is None:
+            from agent.linking import _Entry
+
+            lo, hi = int(self._ptr[row]), int(self._ptr[row + 1])
+            hit = [
+                _Entry(self._keys[int(n)], bool(p), self._case.get(str(j)))
+                for j, n, p in zip(range(lo, hi), self._node[lo:hi].tolist(), self._primary[lo:hi].tolist())
+            ]
+            self._cache[row] = hit
+        return hit
+
+    def __getitem__(self, toks: tuple[str, ...]) -> list[Any]:
+        return self.entries(self._row[" ".join(toks)])
+
+    def get(self, toks: tuple[str, ...], default: Any = None) -> Any:  # type: ignore[override]
+        row = self._row.get(" ".join(toks))
+        return default if row is None else self.entries(row)
+
+    def __contains__(self, toks: object) -> bool:
+        return isinstance(toks, tuple) and " ".join(toks) in self._row
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return (tuple(joined.split(" ")) for joined in self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+
+class _StoredIndex(Mapping[str, list[tuple[str, ...]]]):
+    """The lexicon's token -> name tuples index over the stored arrays."""
+
+    def __init__(self, vocab: list[str], arrays: dict[str, np.ndarray], tokens: list[str]) -> None:
+        self._vocab = vocab
+        self._pos = {t: i for i, t in enumerate(vocab)}
+        self._ptr, self._rows = arrays["by_ptr"], arrays["by_rows"]
+        self._tokens = tokens
+
+    def __getitem__(self, token: str) -> list[tuple[str, ...]]:
+        i = self._pos[token]
+        rows = self._rows[int(self._ptr[i]) : int(self._ptr[i + 1])].tolist()
+        return [tuple(self._tokens[r].split(" ")) for r in rows]
+
+    def get(self, token: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[token] if token in self._pos else default
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._pos
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+
+def stored_lexicon(skb: SKB) -> Any:
+    """The stored ``agent.linking.Lexicon`` of ``skb``'s index, or None (compute it instead).
+
+    Lookups build entries on demand: opening costs two dictionaries of strings, not ~60k objects."""
+    if state_dir_of(skb) is None:
+        return None
+    found = read_state(skb, LEXICON, lexicon_digest(skb))
+    if found is None:
+        return None
+    from agent.linking import Lexicon
+
+    meta, arrays = found
+    tokens: list[str] = meta["tokens"]
+    vocab: list[str] = meta["vocab"]
+    return Lexicon(
+        table=cast("dict[tuple[str, ...], list[Any]]", _StoredTable(tokens, arrays, _node_keys(skb), meta["case"])),
+        max_len=int(meta["max_len"]),
+        by_token=cast("dict[str, list[tuple[str, ...]]]", _StoredIndex(vocab, arrays, tokens)),
+        token_df=dict(zip(vocab, meta["token_df"], strict=True)),
+        vocab_by_prefix={str(k): list(v) for k, v in meta["vocab_by_prefix"].items()},
+        frame=frozenset(meta["frame"]),
+    )
+
+
+def stored_names(skb: SKB) -> dict[str, list[str]] | None:
+    """Exact display name -> node keys, from the stored lexicon record (None: compute it)."""
+    if state_dir_of(skb) is None:
+        return None
+    found = read_state(skb, NAMES, lexicon_digest(skb))
+    if found is None:
+        return None
+    names = found[0].get("names")
+    keys = _node_keys(skb)
+    if not isinstance(names, list) or len(names) != len(keys):
+        return None
+    table: dict[str, list[str]] = defaultdict(list)
+    for name, key in zip(names, keys, strict=True):
+        table[name].append(key)
+    return dict(table)
+
+
+# -- scoring models --------------------------------------------------------------------------
+def precompute_scoring(skb: SKB, state_dir: Path) -> None:
+    """Store every label's hierarchy and the models of term labels that have one.
+
+    Only (target, term) pairs whose term label has a hierarchy are stored: those are the models the
+    information-content ranking builds; others are still computed on demand."""
+    from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation
+
+    schema = skb.schema()
+    labels = schema.label_names()
+    position = {key: i for i, key in enumerate(_node_keys(skb))}
+    hierarchies: dict[str, list[str] | None] = {}
+    models: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for term_label in labels:
+        hierarchy = detect_hierarchy(skb, term_label)
+        hierarchies[term_label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
+        if hierarchy is None:
+            continue
+        for target_label in labels:
+            if target_label == term_label:
+                continue
+            annotation = find_annotation(schema, target_label, term_label)
+            if annotation is None:
+                continue
+            model = build_model(skb, annotation, hierarchy)
+            tag = f"m{len(models)}"
+            models.append({
+                "tag": tag, "target_label": target_label, "term_label": term_label,
+                "rel": annotation.rel, "direction": annotation.direction, "max_ic": model.max_ic,
+                "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
+                "symmetric": model.symmetric,
+            })
+            arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
+            arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
+            arrays[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
+            for name in ("ancestors", "direct", "propagated"):
+                matrix = getattr(model, name)
+                arrays[f"{tag}.{name}.data"] = matrix.data
+                arrays[f"{tag}.{name}.indices"] = matrix.indices
+                arrays[f"{tag}.{name}.indptr"] = matrix.indptr
+    write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, arrays)
+
+
+def stored_hierarchy(skb: SKB, label: str) -> tuple[bool, Any]:
+    """``(True, Hierarchy | None)`` when the index stores ``label``'s hierarchy; ``(False, None)`` otherwise."""
+    if state_dir_of(skb) is None:
+        return False, None
+    found = read_state(skb, SCORING, scoring_digest(skb))
+    if found is None or label not in found[0]["hierarchies"]:
+        return False, None
+    from agent.ontology_scoring import Hierarchy
+
+    value = found[0]["hierarchies"][label]
+    return True, None if value is None else Hierarchy(label, str(value[0]), value[1])
+
+
+def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
+    """The stored ``AnnotationModel`` for the pair, or None (not stored: compute it)."""
+    if state_dir_of(skb) is None:
+        return None
+    found = read_state(skb, SCORING, scoring_digest(skb))
+    if found is None:
+        return None
+    meta, arrays = found
+    spec = next(
+        (m for m in meta["models"] if m["target_label"] == target_label and m["term_label"] == term_label), None
+    )
+    if spec is None:
+        return None
+    from agent.ontology_scoring import Annotation, AnnotationModel
+
+    has, hierarchy = stored_hierarchy(skb, term_label)
+    keys = _node_keys(skb)
+    tag = spec["tag"]
+    terms = [keys[i] for i in arrays[f"{tag}.terms"].tolist()]
+    targets = [keys[i] for i in arrays[f"{tag}.targets"].tolist()]
+    shape_tt = (len(targets), len(terms))
+
+    def matrix(name: str, kind: type[sparse.csr_matrix | sparse.csc_matrix], shape: tuple[int, int]) -> Any:
+        parts = (
+            np.array(arrays[f"{tag}.{name}.data"]),
+            np.array(arrays[f"{tag}.{name}.indices"]),
+            np.array(arrays[f"{tag}.{name}.indptr"]),
+        )
+        return kind(parts, shape=shape)
+
+    return AnnotationModel(
+        terms=terms,
+        term_index={k: i for i, k in enumerate(terms)},
+        targets=targets,
+        target_index={k: i for i, k in enumerate(targets)},
+        ancestors=matrix("ancestors", sparse.csr_matrix, (len(terms), len(terms))),
+        direct=matrix("direct", sparse.csr_matrix, shape_tt),
+        propagated=matrix("propagated", sparse.csc_matrix, shape_tt),
+        ic=np.array(arrays[f"{tag}.ic"], dtype=np.float32),
+        max_ic=float(spec["max_ic"]),
+        hierarchy=hierarchy if has else None,
+        annotation=Annotation(target_label, term_label, str(spec["rel"]), spec["direction"]),
+        frequency_mix=float(spec["frequency_mix"]),
+        size_penalty=float(spec["size_penalty"]),
+        symmetric=float(spec["symmetric"]),
+    )

@@ -1,0 +1,435 @@
+"""The SKB of an index as memory-mapped arrays: opened in milliseconds, nodes and edges built on access.
+
+Why: parsing ``nodes.jsonl.gz``/``edges.jsonl.gz`` into ~600k Python objects took seconds and
+hundreds of MB on every ``skb ask``, although one question touches a few thousand of them. The
+build writes the same SKB a second time as flat numpy arrays (``skb/compact/``):
+
+- ``node_label.npy`` (label id per node), ``node_keys.json`` (keys in node order),
+  ``node_props.bin`` + ``node_props.off.npy`` (each node's props as one JSON object, by offset);
+- ``edge_src.npy``/``edge_dst.npy`` (node ids), ``edge_rel.npy`` (relation id),
+  ``edge_props.bin`` + ``edge_props.off.npy`` (props of edges that have any);
+- ``out_ptr.npy``/``out_idx.npy`` and ``in_ptr.npy``/``in_idx.npy``: CSR adjacency (edge ids per
+  node, in edge order), so ``out_edges``/``in_edges`` cost a slice, not a scan;
+- ``meta.json``: label and relation names, counts and the schema (``SKB.schema()``), stored with
+  the digest of the code that computed it (a changed ``graphs/model.py`` recomputes it).
+
+:class:`CompactSKB` is a read-only :class:`~graphs.model.SKB`: ``nodes`` is a mapping that builds
+(and keeps) a :class:`~graphs.model.Node` the first time a key is read, ``edges`` a sequence that
+builds an :class:`~graphs.model.Edge` per access. Node and edge order are those of the SKB that was
+written, so every consumer sees the same graph as from the JSON lines. Arrays are opened with
+``numpy.load(mmap_mode="r")``: pages are read from the file cache only when touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast, overload
+
+import numpy as np
+
+from graphs.errors import ConfigError, IndexCorruptError
+from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
+from graphs.model import SKB, Edge, GraphSchema, Node, NodeType
+
+COMPACT_DIR = "compact"
+META_FILE = "meta.json"
+FORMAT = 1
+
+_ARRAYS = (
+    "node_label", "node_props.off", "edge_src", "edge_dst", "edge_rel", "edge_props.off",
+    "out_ptr", "out_idx", "in_ptr", "in_idx",
+)
+_BLOBS = ("node_props.bin", "edge_props.bin")
+
+
+def source_digest(*modules: str) -> str:
+    """sha256 over the source files of ``modules``: stored state computed by other code is not reused.
+
+    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices)
+    is only valid for the code that computed it, and a forgotten version bump would serve stale
+    state silently. Reading a few source files costs well under a millisecond each.
+    """
+    digest = hashlib.sha256()
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is None:
+            import importlib
+
+            module = importlib.import_module(name)
+        path = getattr(module, "__file__", None)
+        try:
+            digest.update(Path(path).read_bytes() if path else b"?")
+        except OSError:
+            digest.update(b"?")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def schema_digest() -> str:
+    """The code that computes ``SKB.schema()``."""
+    return source_digest("graphs.model")
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        import orjson
+
+        return orjson.dumps(obj)
+    except ImportError:  # orjson is optional (third-party): plain json gives the same text
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _loader() -> Any:
+    try:
+        import orjson
+
+        return orjson.loads
+    except ImportError:  # orjson is optional (third-party)
+        return json.loads
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def write_compact(skb: SKB, directory: Path) -> list[Path]:
+    """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = list(skb.nodes)
+    index = {key: i for i, key in enumerate(keys)}
+    labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))
+    label_id = {label: i for i, label in enumerate(labels)}
+    rels = sorted({edge.rel for edge in skb.edges})
+    rel_id = {rel: i for i, rel in enumerate(rels)}
+    n, m = len(keys), len(skb.edges)
+    if n >= 2**31 or m >= 2**31:
+        raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
+
+    node_label = np.fromiter((label_id[node.label] for node in skb.nodes.values()), dtype=np.int32, count=n)
+    node_blob, node_off = _props_blob(node.props for node in skb.nodes.values())
+    try:
+        edge_src = np.fromiter((index[e.src] for e in skb.edges), dtype=np.int32, count=m)
+        edge_dst = np.fromiter((index[e.dst] for e in skb.edges), dtype=np.int32, count=m)
+    except KeyError as exc:
+        raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
+    edge_rel = np.fromiter((rel_id[e.rel] for e in skb.edges), dtype=np.int32, count=m)
+    edge_blob, edge_off = _props_blob(e.props for e in skb.edges)
+    out_ptr, out_idx = _csr(edge_src, n)
+    in_ptr, in_idx = _csr(edge_dst, n)
+
+    arrays = {
+        "node_label": node_label, "node_props.off": node_off, "edge_src": edge_src, "edge_dst": edge_dst,
+        "edge_rel": edge_rel, "edge_props.off": edge_off, "out_ptr": out_ptr, "out_idx": out_idx,
+        "in_ptr": in_ptr, "in_idx": in_idx,
+    }
+    written: list[Path] = []
+    for name, array in arrays.items():
+        _save_npy(directory / f"{name}.npy", array)
+        written.append(directory / f"{name}.npy")
+    for name, blob in (("node_props.bin", node_blob), ("edge_props.bin", edge_blob)):
+        atomic_write_bytes(directory / name, blob)
+        written.append(directory / name)
+    atomic_write_bytes(directory / "node_keys.json", _dumps(keys))
+    written.append(directory / "node_keys.json")
+    from graphs.loaders.profiles import Profile, is_default
+
+    profile = getattr(skb, "profile", None)
+    meta = {
+        "format": FORMAT,
+        "name": skb.name,
+        "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
+        "profile": profile.model_dump(mode="json") if isinstance(profile, Profile) and not is_default(profile) else None,
+        "nodes": n,
+        "edges": m,
+        "labels": labels,
+        "rels": rels,
+        "schema": skb.schema().model_dump(mode="json"),
+        "schema_digest": schema_digest(),
+    }
+    atomic_write_json(directory / META_FILE, meta, indent=None)
+    written.append(directory / META_FILE)
+    fsync_dir(directory)
+    return written
+
+
+def _props_blob(props: Iterator[dict[str, Any]] | Any) -> tuple[bytes, np.ndarray]:
+    """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes."""
+    parts: list[bytes] = []
+    offsets = [0]
+    total = 0
+    for value in props:
+        if value:
+            data = _dumps(value)
+            parts.append(data)
+            total += len(data)
+        offsets.append(total)
+    return b"".join(parts), np.asarray(offsets, dtype=np.int64)
+
+
+def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edge ids grouped by node (stable: edge order kept within a node) and the row pointers."""
+    order = np.argsort(ends, kind="stable").astype(np.int32)
+    counts = np.bincount(ends, minlength=n) if len(ends) else np.zeros(n, dtype=np.int64)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, order
+
+
+def has_compact(skb_dir: Path) -> bool:
+    return (Path(skb_dir) / COMPACT_DIR / META_FILE).is_file()
+
+
+class _Blob:
+    """A read-only file of concatenated JSON objects, sliced through mmap (an empty file has no map)."""
+
+    def __init__(self, path: Path) -> None:
+        self._data: mmap.mmap | bytes
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            self._data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._loads = _loader()
+
+    def get(self, start: int, end: int) -> dict[str, Any]:
+        if start == end:
+            return {}
+        value = self._loads(self._data[start:end])
+        if not isinstance(value, dict):
+            raise IndexCorruptError("a compact SKB props record is not a JSON object")
+        return value
+
+
+class _NodeMap(Mapping[str, Node]):
+    """``key -> Node``; a Node is built on first access and kept (the same object afterwards)."""
+
+    def __init__(self, skb: CompactSKB) -> None:
+        self._skb = skb
+        self._cache: dict[str, Node] = {}
+
+    def __getitem__(self, key: str) -> Node:
+        node = self._cache.get(key)
+        if node is None:
+            node = self._cache.setdefault(key, self._skb._node_at(self._skb._index[key]))
+        return node
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        node = self._cache.get(key)
+        if node is not None:
+            return node
+        i = self._skb._index.get(key)
+        return default if i is None else self[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._skb._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._skb._keys)
+
+    def __len__(self) -> int:
+        return len(self._skb._keys)
+
+
+class _EdgeList(Sequence[Edge]):
+    """The edges in their stored order; an Edge is built per access (edges are many and rarely all read)."""
+
+    def __init__(self, skb: CompactSKB) -> None:
+        self._skb = skb
+
+    def __len__(self) -> int:
+        return len(self._skb._edge_src)
+
+    @overload
+    def __getitem__(self, i: int) -> Edge: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Edge]: ...
+
+    def __getitem__(self, i: int | slice) -> Edge | list[Edge]:
+        if isinstance(i, slice):
+            return [self._skb._edge_at(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("edge index out of range")
+        return self._skb._edge_at(i)
+
+    def __iter__(self) -> Iterator[Edge]:
+        skb = self._skb
+        keys, rels = skb._keys, skb._rels
+        off = skb._edge_off
+        step = 65536
+        for start in range(0, len(self), step):
+            src = skb._edge_src[start : start + step].tolist()
+            dst = skb._edge_dst[start : start + step].tolist()
+            rel = skb._edge_rel[start : start + step].tolist()
+            bounds = off[start : start + len(src) + 1].tolist()
+            for j in range(len(src)):
+                yield Edge(keys[src[j]], rels[rel[j]], keys[dst[j]], skb._edge_props.get(bounds[j], bounds[j + 1]))
+
+
+class CompactSKB(SKB):
+    """A read-only SKB over the arrays of ``<index>/skb/compact`` (see the module docstring)."""
+
+    def __init__(self, directory: Path) -> None:
+        from graphs.loaders.profiles import parse_profile
+
+        directory = Path(directory)
+        self.directory = directory
+        compact = directory / COMPACT_DIR
+        meta_path = compact / META_FILE
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                raise ValueError(f"format {meta.get('format')!r}, this code reads {FORMAT}")
+            self._labels: list[str] = [str(x) for x in meta["labels"]]
+            self._rels: list[str] = [str(x) for x in meta["rels"]]
+            self._meta = meta
+            arrays = {name_: np.load(compact / f"{name_}.npy", mmap_mode="r", allow_pickle=False) for name_ in _ARRAYS}
+            keys = _loader()((compact / "node_keys.json").read_bytes())
+            self._node_props = _Blob(compact / "node_props.bin")
+            self._edge_props = _Blob(compact / "edge_props.bin")
+            name = str(meta["name"])
+            node_types = [NodeType.model_validate(raw) for raw in meta["node_types"]]
+            profile = None if meta.get("profile") is None else parse_profile(meta["profile"], f"{meta_path} (profile)")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            index_dir = directory.parent
+            raise IndexCorruptError(
+                f"the compact SKB in {compact} cannot be read ({exc}) -- {rebuild_hint(index_dir)}"
+            ) from exc
+        n, m = int(meta["nodes"]), int(meta["edges"])
+        self._keys: list[str] = keys
+        self._node_label = arrays["node_label"]
+        self._node_off = arrays["node_props.off"]
+        self._edge_src = arrays["edge_src"]
+        self._edge_dst = arrays["edge_dst"]
+        self._edge_rel = arrays["edge_rel"]
+        self._edge_off = arrays["edge_props.off"]
+        self._out_ptr, self._out_idx = arrays["out_ptr"], arrays["out_idx"]
+        self._in_ptr, self._in_idx = arrays["in_ptr"], arrays["in_idx"]
+        shapes_ok = (
+            len(keys) == n and self._node_label.shape == (n,) and self._node_off.shape == (n + 1,)
+            and all(a.shape == (m,) for a in (self._edge_src, self._edge_dst, self._edge_rel, self._out_idx, self._in_idx))
+            and self._edge_off.shape == (m + 1,) and self._out_ptr.shape == (n + 1,) and self._in_ptr.shape == (n + 1,)
+        )
+        if not shapes_ok:
+            raise IndexCorruptError(
+                f"the compact SKB in {compact} has arrays of inconsistent lengths for {n} nodes and {m} edges "
+                f"-- {rebuild_hint(directory.parent)}"
+            )
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._lock = threading.Lock()
+        self.name = name
+        self.node_types = {t.label: t for t in node_types}
+        for label in self._labels:
+            self.node_types.setdefault(label, NodeType(label=label))
+        self.profile = profile
+        self._out = self._in = None
+        self.nodes = cast("dict[str, Node]", _NodeMap(self))
+        self.edges = cast("list[Edge]", _EdgeList(self))
+        self._schema: GraphSchema | None = None
+
+    # -- materialisation ---------------------------------------------------------------
+    def _node_at(self, i: int) -> Node:
+        label = self._labels[int(self._node_label[i])]
+        props = self._node_props.get(int(self._node_off[i]), int(self._node_off[i + 1]))
+        ntype = self.node_types.get(label)
+        return Node(self._keys[i], label, props, name_field=ntype.name_field if ntype is not None else "name")
+
+    def _edge_at(self, j: int) -> Edge:
+        return Edge(
+            self._keys[int(self._edge_src[j])],
+            self._rels[int(self._edge_rel[j])],
+            self._keys[int(self._edge_dst[j])],
+            self._edge_props.get(int(self._edge_off[j]), int(self._edge_off[j + 1])),
+        )
+
+    # -- read-only SKB ----------------------------------------------------------------
+    def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
+        raise ConfigError("the SKB of an index is read-only; build a new index to change it")
+
+    def add_edge(self, edge: Edge) -> None:
+        raise ConfigError("the SKB of an index is read-only; build a new index to change it")
+
+    def validate(self, source: str = "<memory>") -> None:
+        """Edges were validated when the index was built; the arrays hold node ids, not keys."""
+
+    def labels(self) -> list[str]:
+        present = np.flatnonzero(np.bincount(self._node_label, minlength=len(self._labels)))
+        return sorted(self._labels[int(i)] for i in present)
+
+    def nodes_of(self, label: str) -> list[Node]:
+        if label not in self._labels:
+            return []
+        lid = self._labels.index(label)
+        return [self.nodes[self._keys[int(i)]] for i in np.flatnonzero(self._node_label == lid)]
+
+    def out_edges(self, key: str) -> Iterator[Edge]:
+        i = self._index.get(key)
+        if i is None:
+            return iter(())
+        ids = self._out_idx[self._out_ptr[i] : self._out_ptr[i + 1]].tolist()
+        return (self._edge_at(j) for j in ids)
+
+    def in_edges(self, key: str) -> Iterator[Edge]:
+        i = self._index.get(key)
+        if i is None:
+            return iter(())
+        ids = self._in_idx[self._in_ptr[i] : self._in_ptr[i + 1]].tolist()
+        return (self._edge_at(j) for j in ids)
+
+    def stats(self) -> dict[str, Any]:
+        node_counts = np.bincount(self._node_label, minlength=len(self._labels))
+        edge_counts = np.bincount(self._edge_rel, minlength=len(self._rels))
+        # first-occurrence order, as Counter over the objects gives it
+        first_node = _first_seen(self._node_label)
+        first_edge = _first_seen(self._edge_rel)
+        return {
+            "nodes": {self._labels[i]: int(node_counts[i]) for i in first_node},
+            "edges": {self._rels[i]: int(edge_counts[i]) for i in first_edge},
+        }
+
+    def schema(self, max_samples: int = 3) -> GraphSchema:
+        """The schema stored at build time when the same code computed it; otherwise computed."""
+        if max_samples != 3:
+            return super().schema(max_samples)
+        with self._lock:
+            if self._schema is None:
+                if self._meta.get("schema_digest") == schema_digest() and isinstance(self._meta.get("schema"), dict):
+                    self._schema = GraphSchema.model_validate(self._meta["schema"])
+                else:
+                    self._schema = super().schema(max_samples)
+            return self._schema.model_copy(deep=True)
+
+    # -- arrays for vectorised consumers --------------------------------------------------
+    def label_ids(self) -> tuple[list[str], np.ndarray]:
+        """Label names and the label id of every node (in node order)."""
+        return self._labels, self._node_label
+
+    def edge_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Relation names and the (rel id, src id, dst id) arrays of every edge (in edge order)."""
+        return self._rels, self._edge_rel, self._edge_src, self._edge_dst
+
+    def node_keys(self) -> list[str]:
+        return self._keys
+
+
+def _first_seen(ids: np.ndarray) -> list[int]:
+    if not len(ids):
+        return []
+    uniq, first = np.unique(np.asarray(ids), return_index=True)
+    return [int(uniq[j]) for j in np.argsort(first, kind="stable")]
+
+
+def open_compact(skb_dir: Path) -> CompactSKB:
+    """Open ``<index>/skb`` through its compact arrays (``has_compact`` must be true)."""
+    return CompactSKB(Path(skb_dir))

@@ -1,0 +1,126 @@
+"""Derived state stored at index time (``<index>/skb/state/``): the planner's statistics without a scan.
+
+Why: the entity linker's lexicon and the ontology scoring matrices are pure functions of the SKB
+(and of the code and domain profile that compute them), yet computing them scanned every node and
+edge on each process start (seconds on HPO). ``skb index`` computes them once and stores them as
+``<name>.json`` (small values and the digest) plus ``<name>.<array>.npy`` (memory-mapped arrays),
+all listed in the manifest with their checksums.
+
+Validity: each record carries a digest of the code that computed it and of the inputs besides
+the SKB (the domain profile); a reader recomputes the digest and ignores a record that differs, so
+changed code never reads state computed by the old one -- it computes as it would without the
+artifact (slower, same answer). The producers (``PRECOMPUTERS``) live with the code that consumes
+the state; this module only stores and finds records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphs.errors import IndexCorruptError
+from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
+from graphs.model import SKB
+
+STATE_DIR = "state"
+_FORMAT = 1
+
+#: ``module:function`` producers run by ``skb index`` after the SKB is written; each takes
+#: ``(skb, state_dir)`` and writes its records with ``write_state``. Named, not imported, so the
+#: graph layer does not import the agent's modules until a build runs them.
+PRECOMPUTERS = ("agent.precomputed:precompute_lexicon", "agent.precomputed:precompute_scoring")
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        import orjson
+
+        return orjson.loads(data)
+    except ImportError:  # orjson is optional (third-party): the stdlib parses the same JSON
+        return json.loads(data)
+
+
+def digest_of(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+
+
+def state_dir_of(skb: SKB) -> Path | None:
+    """Where ``skb``'s stored state is, or None (an SKB built in memory or loaded from JSON lines)."""
+    directory = getattr(skb, "directory", None)
+    if not isinstance(directory, Path):
+        return None
+    path = directory / STATE_DIR
+    return path if path.is_dir() else None
+
+
+def write_state(directory: Path, name: str, digest: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """One record: ``<name>.json`` with ``meta`` and ``digest``, one ``.npy`` per array."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, array in arrays.items():
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        atomic_write_bytes(directory / f"{name}.{key}.npy", buf.getvalue())
+    record = {"format": _FORMAT, "digest": digest, "arrays": sorted(arrays), "meta": meta}
+    atomic_write_json(directory / f"{name}.json", record, indent=None)
+    fsync_dir(directory)
+
+
+Record = tuple[dict[str, Any], dict[str, np.ndarray]]
+_READ: weakref.WeakKeyDictionary[SKB, dict[tuple[str, str], Record | None]] = weakref.WeakKeyDictionary()
+_READ_LOCK = threading.Lock()
+
+
+def read_state(skb: SKB, name: str, digest: str) -> Record | None:
+    """The record ``name`` of ``skb``'s index when it was computed under ``digest``; else None.
+
+    Read once per SKB and digest. A record that exists but cannot be read is an error naming the
+    rebuild command (the manifest's checksums were checked at open: this is damage, not an old format)."""
+    with _READ_LOCK:
+        per = _READ.setdefault(skb, {})
+        if (name, digest) not in per:
+            per[(name, digest)] = _read(skb, name, digest)
+        return per[(name, digest)]
+
+
+def _read(skb: SKB, name: str, digest: str) -> Record | None:
+    directory = state_dir_of(skb)
+    if directory is None:
+        return None
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        return None
+    try:
+        record = _loads(path.read_bytes())
+        if record.get("format") != _FORMAT or record.get("digest") != digest:
+            return None
+        arrays = {
+            str(key): np.load(directory / f"{name}.{key}.npy", mmap_mode="r", allow_pickle=False)
+            for key in record["arrays"]
+        }
+        meta = record["meta"]
+        if not isinstance(meta, dict):
+            raise TypeError("meta is not an object")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        index_dir = directory.parent.parent
+        raise IndexCorruptError(
+            f"the stored state {path} cannot be read ({exc}) -- {rebuild_hint(index_dir)}"
+        ) from exc
+    return meta, arrays
+
+
+def precompute(skb: SKB, state_dir: Path) -> None:
+    """Run every producer in ``PRECOMPUTERS`` on ``skb`` (a build step)."""
+    for spec in PRECOMPUTERS:
+        module_name, func_name = spec.split(":")
+        func: Callable[[SKB, Path], None] = getattr(importlib.import_module(module_name), func_name)
+        func(skb, state_dir)
