@@ -182,7 +182,10 @@ class MiniLMEmbedder:
         )
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        """One query on the encoder's single-query session (one thread: see OnnxBertEncoder._ready)."""
+        items = _check_texts([text])
+        vector: np.ndarray = self._get_encoder().encode(items, 1, query=True)[0]
+        return vector
 
 
 def _load_sentence_transformer(path: Path, device: str, max_seq_length: int) -> Any:

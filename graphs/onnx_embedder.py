@@ -393,12 +393,27 @@ def _write_sidecar(path: Path, record: dict[str, Any]) -> None:
 
 # -- runtime ----------------------------------------------------------------------------------
 _SESSION_LOCK = threading.Lock()
-_SESSIONS: dict[tuple[str, str], Any] = {}
+_SESSIONS: dict[tuple[str, str, int | None], Any] = {}
 
 
-def _session(model: CachedModel, variant: str) -> Any:
-    """One InferenceSession per model file and process (creating one costs a few hundred ms)."""
-    key = (model.sha256, variant)
+#: Intra-op threads of the session that embeds single queries (``SKB_ONNX_THREADS`` overrides).
+QUERY_THREADS = 1
+
+
+def _env_threads() -> int | None:
+    threads = os.environ.get("SKB_ONNX_THREADS")
+    if not threads:
+        return None
+    if not threads.isdigit():
+        raise ConfigError(f"SKB_ONNX_THREADS must be a number of threads, got {threads!r}")
+    return int(threads)
+
+
+def _session(model: CachedModel, variant: str, threads: int | None = None) -> Any:
+    """One InferenceSession per model file, thread count and process (creating one costs a few hundred ms).
+
+    ``threads``: intra-op threads (None: ONNX Runtime's default, one per core)."""
+    key = (model.sha256, variant, threads)
     with _SESSION_LOCK:
         session = _SESSIONS.get(key)
         if session is None:
@@ -407,11 +422,8 @@ def _session(model: CachedModel, variant: str) -> Any:
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3  # errors only: no optimizer chatter on stderr
-            threads = os.environ.get("SKB_ONNX_THREADS")
-            if threads:
-                if not threads.isdigit():
-                    raise ConfigError(f"SKB_ONNX_THREADS must be a number of threads, got {threads!r}")
-                options.intra_op_num_threads = int(threads)
+            if threads is not None:
+                options.intra_op_num_threads = threads
             try:
                 session = ort.InferenceSession(model.data, sess_options=options, providers=["CPUExecutionProvider"])
             except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
@@ -447,10 +459,19 @@ class OnnxBertEncoder:
         self._lock = threading.Lock()
         self._tokenizer: Any = None
         self._session: Any = None
+        self._query_session: Any = None
         self.model: CachedModel | None = None
 
-    def _ready(self) -> tuple[Any, Any]:
-        if self._session is None or self._tokenizer is None:
+    def _ready(self, query: bool = False) -> tuple[Any, Any]:
+        """The tokenizer and the session: the batch session (ONNX Runtime's default threads) or, for
+        ``query``, the single-query one (QUERY_THREADS).
+
+        Why two sessions: a batch of thousands of texts gains from one thread per core, while one short
+        query gains nothing from splitting its small matrix products and, run beside the graph store's
+        queries on a small machine, loses to thread hand-offs and spinning (on 2 busy cores a query took
+        23 ms with the default threads and 15 ms with one). A process that only answers questions
+        creates only the query session."""
+        if self._tokenizer is None or (self._query_session if query else self._session) is None:
             with self._lock:
                 if self._tokenizer is None:
                     from tokenizers import Tokenizer
@@ -463,13 +484,18 @@ class OnnxBertEncoder:
                     tok.enable_truncation(max_length=self.max_seq_length)
                     tok.no_padding()
                     self._tokenizer = tok
-                if self._session is None:
+                if self.model is None:
                     self.model = ensure_onnx_model(self.source_dir, self.variant, cache_dir=self.cache_dir)
-                    self._session = _session(self.model, self.variant)
-        return self._tokenizer, self._session
+                threads = _env_threads()
+                if query and self._query_session is None:
+                    self._query_session = _session(self.model, self.variant, threads or QUERY_THREADS)
+                if not query and self._session is None:
+                    self._session = _session(self.model, self.variant, threads)
+        return self._tokenizer, self._query_session if query else self._session
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        tokenizer, session = self._ready()
+    def encode(self, texts: list[str], batch_size: int, *, query: bool = False) -> np.ndarray:
+        """Unit vectors of ``texts``; ``query``: run on the single-query session (see ``_ready``)."""
+        tokenizer, session = self._ready(query)
         encodings = tokenizer.encode_batch(texts, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(-lengths, kind="stable")

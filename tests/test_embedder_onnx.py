@@ -17,7 +17,7 @@ from graphs import onnx_embedder
 from graphs.embedder import MiniLMEmbedder, TorchMiniLMEmbedder, get_embedder, minilm_model_name
 from graphs.errors import ConfigError
 from graphs.loaders.hpo import default_data_dir
-from graphs.onnx_embedder import ensure_onnx_model
+from graphs.onnx_embedder import QUERY_THREADS, ensure_onnx_model
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ = 64  # what `skb index` uses (IndexConfig.embedder = "minilm:64")
@@ -76,6 +76,25 @@ def test_onnx_query_equals_batch_row(hpo_sample: list[str]) -> None:
     batch = emb.embed(hpo_sample[:30])
     for i in (0, 13, 29):
         np.testing.assert_allclose(emb.embed_query(hpo_sample[i]), batch[i], atol=1e-5)
+
+
+def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One query gains nothing from intra-op threads and loses to them beside the graph store's work;
+    a process that only answers questions builds no batch session; SKB_ONNX_THREADS overrides both."""
+    monkeypatch.delenv("SKB_ONNX_THREADS", raising=False)
+    emb = MiniLMEmbedder(max_seq_length=SEQ)
+    vector = emb.embed_query("generalized tonic-clonic seizure")
+    encoder = emb._get_encoder()
+    assert encoder._session is None
+    assert encoder._query_session.get_session_options().intra_op_num_threads == QUERY_THREADS == 1
+    batch = emb.embed(["generalized tonic-clonic seizure", "short stature"])
+    assert encoder._session is not None and encoder._session is not encoder._query_session
+    assert encoder._session.get_session_options().intra_op_num_threads == 0  # ONNX Runtime's default
+    np.testing.assert_allclose(vector, batch[0], atol=1e-5)
+    monkeypatch.setenv("SKB_ONNX_THREADS", "2")
+    pinned = MiniLMEmbedder(max_seq_length=SEQ)
+    pinned.embed_query("short stature")
+    assert pinned._get_encoder()._query_session.get_session_options().intra_op_num_threads == 2
 
 
 def test_int8_variant_is_close_and_named_apart(hpo_sample: list[str], torch_vectors: np.ndarray) -> None:
