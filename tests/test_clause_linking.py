@@ -170,7 +170,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_phrase_artifact_is_listed_in_the_manifest_and_covers_names_synonyms_definitions(catalog: Any) -> None:
-    assert {"phrases/vectors.npy", "phrases/entries.json"} <= set(catalog.manifest.files)
+    assert {"phrases/phrases.bin", "phrases/entries.json"} <= set(catalog.manifest.files)
     index = phrase_index_for(catalog)
     assert index is not None
     entries = list(phrase_entries(catalog.skb))
