@@ -49,6 +49,7 @@ from agent.llm_planner import (
     visible_args,
 )
 from agent.planning import predict_target_type, relation_paths
+from agent.refine import Next, constrain, next_stage, rerank_seeds
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
 from agent.state import AgentInput, AgentOutput, AgentState, Candidate, SeedItem
 from graphs.errors import ConfigError, PlannerError, SKBError
@@ -281,6 +282,7 @@ class AgentGraph:
             linked = self.linker().link(question, cfg.max_entities, clauses=cfg.clause_settings())
             update["linked_entities"] = [_to_dict(e) for e in linked]
         update["degraded"] = degraded
+        update["constraint_report"] = update["rerank_report"] = None  # a new question: no stale reports
         update["timings_ms"] = {"link_entities": _elapsed_ms(start)}
         return update
 
@@ -323,8 +325,16 @@ class AgentGraph:
                 degraded.append(f"LLM plan failed, used the heuristic plan and the offline planner: {exc}")
             except PlannerError as exc:
                 degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
+        llm_paths = planned and bool(paths)
         if not planned:
             target, paths = self._heuristic_plan(question, linked, cfg)
+        elif target is None or not paths:
+            # a valid but partial LLM plan: what the model left open comes from the heuristic plan
+            # (a model's target is kept; paths are predicted for it)
+            guess, guessed_paths = self._heuristic_plan(question, linked, cfg, target=target)
+            if report is not None:
+                report["completed"] = [f for f, missing in (("target_type", target is None), ("relation_paths", not paths)) if missing]
+            target, paths = target or guess, paths or guessed_paths
         plan: dict[str, Any] = {
             "question": question,
             "linked_entities": linked,
@@ -333,13 +343,15 @@ class AgentGraph:
             "k": cfg.k,
             "per_call_k": cfg.per_call_k,
             "max_rounds": cfg.max_rounds,
+            "scoring": cfg.scoring_overrides(),
         }
         if once:
             # plan-once (SPARK): the plan and its tool arguments came from one model call; the offline
             # planner is the deterministic executor that walks it (its paths, sources and search text)
             offline = True
             if planned:
-                plan.update({"sources": sources, "search_text": search_text, "walk_plan_paths": True})
+                # walk the model's own paths when it gave some; else the executor predicts them
+                plan.update({"sources": sources, "search_text": search_text, "walk_plan_paths": llm_paths})
         system = render_prompt(
             "planner_system.md",
             schema=schema.render(),
@@ -376,10 +388,11 @@ class AgentGraph:
         return update
 
     def _heuristic_plan(
-        self, question: str, linked: Sequence[Mapping[str, Any]], cfg: AgentConfig
+        self, question: str, linked: Sequence[Mapping[str, Any]], cfg: AgentConfig, target: str | None = None
     ) -> tuple[str | None, list[list[dict[str, Any]]]]:
+        """Target type from the wording (unless given) and the schema's relation paths to it."""
         schema = schema_of(self.bundle)
-        target = predict_target_type(question, schema)
+        target = target or predict_target_type(question, schema)
         if target is None:
             return None, []
         sources = list(dict.fromkeys(str(e["label"]) for e in linked if e.get("label") != target))
@@ -565,14 +578,31 @@ class AgentGraph:
             update["seeds"] = select_seeds(pool, finish, state.get("target_type"), cfg.k)
         return update
 
-    def route(self, state: AgentState, config: RunnableConfig) -> Literal["call_planner", "fallback", "expand"]:
+    def route(
+        self, state: AgentState, config: RunnableConfig
+    ) -> Literal["call_planner", "fallback", "constrain", "rerank", "expand"]:
         if not state.get("done"):
             return "call_planner"
         cfg = settings(self.config, config)
         seeds = state.get("seeds") or []
         if not seeds or (cfg.fallback_fill and len(seeds) < cfg.k):
             return "fallback"
-        return "expand"
+        return next_stage(cfg)
+
+    def route_refine(self, state: AgentState, config: RunnableConfig) -> Next:
+        """After the fallback: the optional constraint and rerank stages, then SAGE."""
+        return next_stage(settings(self.config, config))
+
+    def route_after_constraints(self, state: AgentState, config: RunnableConfig) -> Next:
+        return next_stage(settings(self.config, config), after="constrain")
+
+    def constrain(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """AF-Retriever constraints with incremental scope expansion (``agent.refine.constrain``)."""
+        return constrain(self, state, config, settings(self.config, config))
+
+    def rerank(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """LLM reranking of the top seeds (``agent.refine.rerank_seeds``)."""
+        return rerank_seeds(self, state, config, settings(self.config, config))
 
     def fallback(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         start = time.perf_counter()
@@ -692,6 +722,8 @@ class AgentGraph:
             fallback_used=bool(state.get("fallback_used")),
             degraded=list(state.get("degraded") or []),
             notes=notes,
+            constraints=state.get("constraint_report"),
+            rerank=state.get("rerank_report"),
             timings_ms=timings,
             llm_calls=sum(u.llm_calls for u in usage.values()),
             prompt_tokens=sum(u.prompt_tokens for u in usage.values()),
@@ -719,6 +751,8 @@ class AgentGraph:
             "run_tools": self.run_tools,
             "observe": self.observe,
             "fallback": self.fallback,
+            "constrain": self.constrain,
+            "rerank": self.rerank,
             "expand": self.expand,
             "finalize": self.finalize,
         }
@@ -731,8 +765,12 @@ class AgentGraph:
         graph.add_edge("plan", "call_planner")
         graph.add_edge("call_planner", "run_tools")
         graph.add_edge("run_tools", "observe")
-        graph.add_conditional_edges("observe", self.route, ["call_planner", "fallback", "expand"])
-        graph.add_edge("fallback", "expand")
+        graph.add_conditional_edges(
+            "observe", self.route, ["call_planner", "fallback", "constrain", "rerank", "expand"]
+        )
+        graph.add_conditional_edges("fallback", self.route_refine, ["constrain", "rerank", "expand"])
+        graph.add_conditional_edges("constrain", self.route_after_constraints, ["rerank", "expand"])
+        graph.add_edge("rerank", "expand")
         graph.add_edge("expand", "finalize")
         graph.add_edge("finalize", END)
         return graph.compile(name="skb-agent", **compile_kwargs)

@@ -55,6 +55,14 @@ class AgentResult(_JsonModel):
     notes: list[str] = Field(
         default_factory=list, description="why the context is shorter than asked (k, k') and how to get more"
     )
+    constraints: dict[str, Any] | None = Field(
+        default=None,
+        description="constraint stage (AgentConfig.constraints): source (llm|plan), extraction report, constraints, "
+        "ungrounded mentions and each relaxation step (active constraints, the one dropped, candidates found)",
+    )
+    rerank: dict[str, Any] | None = Field(
+        default=None, description="rerank stage (AgentConfig.rerank): mode, candidates, calls, changed, order, notes"
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
     llm_calls: int = 0
     prompt_tokens: int = 0

@@ -53,6 +53,10 @@ class AgentState(TypedDict, total=False):
     used_explicit_relations: bool
     fallback_used: bool
     seeds: list[SeedItem]
+    constraint_report: dict[str, Any] | None
+    """The constraint stage's extraction, constraints and relaxation steps (agent.constraints)."""
+    rerank_report: dict[str, Any] | None
+    """The rerank stage's mode, calls, new order and notes (agent.rerank)."""
     expanded: list[SeedItem]
     degraded: Annotated[list[str], operator.add]
     timings_ms: Annotated[dict[str, float], merge_dicts]

@@ -5,7 +5,8 @@ fuse with reciprocal ranks or Dice overlap of passages and triples instead of mi
 (hybrid seeds + query-time SAGE expansion), ``agent`` (the LangGraph agent with
 SAGE off: policy ``never``), ``agent+sage`` (the agent as shipped: AgentConfig's
 default policy) and ``agent+sage:<policy>`` (policy always |
-skip-when-explicit-edges | never).
+skip-when-explicit-edges | never); ``agent+constraints`` (the AF-Retriever constraint stage) and
+``agent+rerank:<mode>`` (LLM reranking: pointwise | listwise | pairwise; needs an LLM planner).
 
 The index bundle, SAGE and the agent are owned by other modules; they are
 imported inside the builders so that the harness (and its tests with fake
@@ -28,6 +29,7 @@ from evals.protocol import Retrieval, Retriever
 from graphs.errors import ConfigError
 
 SAGE_POLICIES = ("always", "skip-when-explicit-edges", "never")
+RERANK_MODES = ("pointwise", "listwise", "pairwise")
 SEARCH_MODES = ("bm25", "vss", "hybrid")
 DEFAULT_AGENT_SAGE_POLICY: str | None = None  # None: AgentConfig's own default (the shipped behaviour)
 
@@ -217,6 +219,21 @@ def _agent_builder(policy: str | None) -> Builder:
     return build
 
 
+def _agent_stage_builder(**fixed: Any) -> Builder:
+    """The agent (SAGE off, like ``agent``) with a stage switched on by the method name:
+    ``agent+constraints`` (constraints=True), ``agent+rerank:<mode>`` (rerank=<mode>; needs an LLM
+    planner, e.g. ``--set planner=openai``)."""
+
+    def build(name: str, bundle: Any, **overrides: Any) -> Retriever:
+        for key, value in fixed.items():
+            if key in overrides and overrides[key] != value:
+                raise ConfigError(f"method {name!r} fixes {key}={value!r}; drop the {key!r} setting or pick "
+                                  "another method")
+        return AgentMethod(name, bundle, sage_policy="never", **{**overrides, **fixed})
+
+    return build
+
+
 _REGISTRY: dict[str, tuple[Builder, Callable[[], Iterable[str]]]] = {
     "bm25": (_search_builder("bm25"), lambda: SearchMethod.OPTIONS),
     "vss": (_search_builder("vss"), lambda: SearchMethod.OPTIONS),
@@ -229,6 +246,9 @@ _REGISTRY: dict[str, tuple[Builder, Callable[[], Iterable[str]]]] = {
 }
 for _policy in SAGE_POLICIES:
     _REGISTRY[f"agent+sage:{_policy}"] = (_agent_builder(_policy), _agent_options)
+_REGISTRY["agent+constraints"] = (_agent_stage_builder(constraints=True), _agent_options)
+for _mode in RERANK_MODES:
+    _REGISTRY[f"agent+rerank:{_mode}"] = (_agent_stage_builder(rerank=_mode), _agent_options)
 
 
 def _plan_once(name: str, bundle: Any, **overrides: Any) -> Retriever:

@@ -1,0 +1,224 @@
+"""The two optional stages between the seed list and SAGE expansion: constraints and reranking.
+
+    ... -> observe / fallback -> [constrain] -> [rerank] -> expand -> finalize
+
+Why after the act loop: both refine a seed list that already exists. The constraint stage
+(``agent.constraints``) puts the candidates of the node-set join in front (strict join first,
+then each relaxation level; within a level by anchors reached, then by the planner's evidence)
+and keeps the planner's seeds after them; the reranker (``agent.rerank``) reorders the top
+``rerank_top`` seeds with the model. Each stage is a graph node of its own, so traces show its
+time, LLM calls and tokens (``usage`` key ``constraints`` / ``rerank``), and each leaves a report
+(``AgentResult.constraints`` / ``AgentResult.rerank``). With ``constraints`` off and ``rerank``
+``none`` (the defaults) the graph never enters them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from agent.config import AgentConfig
+from agent.constraints import extract_constraints, ground, offline_spec, run_constraints
+from agent.llm_planner import Budget, BudgetSpentError, Usage
+from agent.rerank import Candidate as RerankCandidate
+from agent.rerank import bind_for, rerank
+from agent.state import AgentState, Candidate, SeedItem
+from graphs.errors import PlannerError
+from tools.common import schema_of
+
+if TYPE_CHECKING:
+    from agent.graph import AgentGraph
+
+Next = Literal["constrain", "rerank", "expand"]
+
+
+def next_stage(cfg: AgentConfig, after: str | None = None) -> Next:
+    """The node after the seed list is ready (``after`` None) or after ``constrain``."""
+    if after is None and cfg.constraints:
+        return "constrain"
+    if cfg.rerank != "none":
+        return "rerank"
+    return "expand"
+
+
+def _elapsed_ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000.0, 3)
+
+
+def _llm_available(graph: AgentGraph, cfg: AgentConfig, state: AgentState) -> bool:
+    """An LLM to ask: a configured LLM planner (or an injected chat model) whose budget is not spent."""
+    return graph.counts_llm(cfg) and not state.get("budget_stop")
+
+
+def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
+    """Extract, ground, join and relax; the join's candidates go in front of the seeds."""
+    start = time.perf_counter()
+    question = state["question"]
+    linked = list(state.get("linked_entities") or [])
+    schema = schema_of(graph.bundle)
+    usage = Usage()
+    degraded: list[str] = []
+    report: dict[str, Any] = {}
+    spec = None
+    anchors: dict[str, list[str]] = {}
+    if _llm_available(graph, cfg, state):
+        budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
+
+        def call(bound: Any, history: Sequence[BaseMessage]) -> AIMessage:
+            return budget.call(bound, history, cfg, usage)
+
+        try:
+            spec, extraction = extract_constraints(
+                graph.model(cfg),
+                question,
+                schema,
+                linked,
+                call,
+                structured=cfg.structured_output,
+                budget_tokens=cfg.constraint_prompt_tokens,
+                repairs=cfg.plan_repairs,
+            )
+            report["extraction"] = extraction
+            if spec is None:
+                degraded.append("constraint extraction stayed invalid after the repair; used the plan's constraints")
+        except BudgetSpentError as exc:
+            degraded.append(f"constraint extraction skipped: {exc}; used the plan's constraints")
+        except PlannerError as exc:
+            degraded.append(f"constraint extraction failed: {exc}; used the plan's constraints")
+    report["source"] = "llm" if spec is not None else "plan"
+    if spec is None:
+        spec, anchors = offline_spec(state.get("target_type"), linked, schema)
+    update: dict[str, Any] = {"degraded": degraded}
+    if usage.llm_calls:
+        update["usage"] = {"constraints": usage.as_dict()}
+    if spec is None:
+        report["skipped"] = "no constraint: no answer type, or no linked entity one hop from it"
+        update.update(constraint_report=report, timings_ms={"constraints": _elapsed_ms(start)})
+        return update
+
+    def link(mention: str) -> list[dict[str, Any]]:
+        return [e.model_dump() for e in graph.linker().link(mention, cfg.constraint_anchors)]
+
+    constraints, ungrounded = ground(spec, schema, link, cfg.constraint_anchors, anchors)
+    result = run_constraints(
+        graph.bundle,
+        spec.target_type,
+        constraints,
+        cfg.k,
+        timeout_ms=cfg.cypher_timeout_ms,
+        max_rows=cfg.cypher_max_rows,
+    ) if constraints else None
+    if result is None:
+        report.update(target_type=spec.target_type, ungrounded=ungrounded, skipped="no constraint could be grounded")
+        update.update(constraint_report=report, timings_ms={"constraints": _elapsed_ms(start)})
+        return update
+    result.ungrounded = ungrounded
+    report.update(result.report())
+    pool: dict[str, Candidate] = {
+        k: Candidate(score=v["score"], support=v["support"], label=v["label"], provenance=list(v["provenance"]))
+        for k, v in (state.get("candidates") or {}).items()
+    }
+    active = {s.level: "; ".join(s.active) for s in result.steps}
+    total = max(1, len(constraints))
+    ranked = sorted(
+        result.candidates,
+        key=lambda c: (c[1], -c[2], -(pool[c[0]]["score"] if c[0] in pool else 0.0), c[0]),
+    )
+    seeds: list[SeedItem] = []
+    have: set[str] = set()
+    last = float("inf")
+    for key, level, support in ranked[: cfg.k]:
+        kept = len(result.steps[level].active)
+        score = min(last, 1.0 + kept / total)  # above every planner seed (their scores are <= 1)
+        last = score
+        seeds.append(SeedItem(key=key, score=score, origin="seed"))
+        have.add(key)
+        prov = {"tool": "constraints", "step": level, "query": active[level]}
+        entry = pool.get(key)
+        if entry is None:
+            pool[key] = Candidate(score=0.0, support=support, label=graph.bundle.skb.nodes[key].label, provenance=[prov])
+        elif prov not in entry["provenance"]:
+            entry["provenance"].append(prov)
+    for seed in state.get("seeds") or []:
+        if len(seeds) >= cfg.k:
+            break
+        if seed["key"] in have:
+            continue
+        last = min(last, float(seed["score"]))
+        seeds.append(SeedItem(key=seed["key"], score=last, origin=seed["origin"]))
+        have.add(seed["key"])
+    update.update(
+        seeds=seeds,
+        candidates=pool,
+        constraint_report=report,
+        timings_ms={"constraints": _elapsed_ms(start)},
+    )
+    return update
+
+
+def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
+    """Reorder the top ``rerank_top`` seeds with the model; any failure keeps the original order."""
+    start = time.perf_counter()
+    mode = cfg.rerank
+    seeds = list(state.get("seeds") or [])
+    top = seeds[: cfg.rerank_top]
+    report: dict[str, Any] = {"mode": mode, "candidates": len(top), "calls": 0, "changed": False, "notes": []}
+    update: dict[str, Any] = {"rerank_report": report}
+    if mode == "none" or len(top) < 2:
+        update["timings_ms"] = {"rerank": _elapsed_ms(start)}
+        return update
+    if not _llm_available(graph, cfg, state):
+        report["notes"].append("rerank needs an LLM (planner openai or a chat model) with budget left; skipped")
+        update["timings_ms"] = {"rerank": _elapsed_ms(start)}
+        return update
+    skb = graph.bundle.skb
+    candidates = [
+        RerankCandidate(key=s["key"], label=skb.nodes[s["key"]].label, name=skb.nodes[s["key"]].name,
+                        text=skb.node_text(s["key"]))
+        for s in top
+    ]
+    usage = Usage()
+    budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
+    bind = bind_for(graph.model(cfg), cfg.structured_output)
+
+    def invoke_for(which: Any) -> Any:
+        bound = bind(which)
+
+        def invoke(history: Sequence[BaseMessage]) -> AIMessage:
+            return budget.call(bound, history, cfg, usage)
+
+        return invoke
+
+    degraded: list[str] = []
+    try:
+        outcome = rerank(
+            mode,
+            state["question"],
+            candidates,
+            invoke_for,
+            budget_tokens=cfg.rerank_prompt_tokens,
+            structured=cfg.structured_output,
+            passes=cfg.rerank_passes,
+        )
+    except PlannerError as exc:  # call failures and spent budgets: the seeds keep their order
+        report["notes"].append(f"rerank stopped, original order kept: {exc}")
+        degraded.append(f"rerank ({mode}) failed, original order kept: {exc}")
+        outcome = None
+    if usage.llm_calls:
+        update["usage"] = {"rerank": usage.as_dict()}
+    report["calls"] = usage.llm_calls
+    if outcome is not None:
+        report.update(outcome.report(mode, [c.key for c in candidates]))
+        report["calls"] = usage.llm_calls
+        if outcome.changed:
+            scores = [s["score"] for s in top]  # the slots keep their scores; the nodes move
+            reordered = [SeedItem(key=top[i]["key"], score=scores[slot], origin=top[i]["origin"])
+                         for slot, i in enumerate(outcome.order)]
+            update["seeds"] = reordered + seeds[len(top):]
+    update["degraded"] = degraded
+    update["timings_ms"] = {"rerank": _elapsed_ms(start)}
+    return update
