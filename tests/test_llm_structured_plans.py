@@ -326,3 +326,12 @@ def test_eval_method_agent_plan_once(hpo_bundle: Any) -> None:
     assert cfg["planner"] == "openai" and cfg["planner_mode"] == "plan-once" and cfg["max_wall_s"] == 180
     with pytest.raises(ConfigError, match="fixes planner_mode"):
         make_method("agent-plan-once", hpo_bundle, planner_mode="loop")
+
+
+def test_a_partial_plan_is_completed_from_the_heuristic_plan(hpo_bundle: Any) -> None:
+    """A valid plan that names the target but no path: the paths come from the schema, and the report says so."""
+    model = ScriptedChatModel([plan_call({"target_type": "Disease"})])
+    result = ask(APERT, bundle=hpo_bundle, config=config(planner_mode="plan-once"), chat_model=model)
+    assert result.plan is not None and result.plan["completed"] == ["relation_paths"]
+    assert result.target_type == "Disease" and ["<-[HAS_PHENOTYPE]-Disease"] in result.relation_paths
+    assert result.context[0].key == APERT_KEY and result.llm_calls == 1
