@@ -758,7 +758,8 @@ class AgentGraph:
         }
         for name, fn in nodes.items():
             # one planner round is three nodes; traces and usage count them as the ``act`` stage
-            metadata = {"stage": "act"} if name in ACT_NODES else None
+            # the constrain node's LLM calls count as stage ``constraints`` (AgentResult.usage_by_stage)
+            metadata = {"stage": "act"} if name in ACT_NODES else {"stage": "constraints"} if name == "constrain" else None
             graph.add_node(name, fn, metadata=metadata)
         graph.add_edge(START, "link_entities")
         graph.add_edge("link_entities", "plan")

@@ -229,3 +229,19 @@ def test_offline_spec_needs_a_target_and_a_one_hop_entity(recipes: IndexBundle) 
     assert spec.triplets[0].confidence == pytest.approx(0.8)
     assert offline_spec(None, linked, schema) == (None, {})
     assert offline_spec("Cuisine", linked, schema)[0] is None  # no Cuisine-Ingredient edge
+
+
+def test_trace_counts_the_constraint_stage(recipes: IndexBundle, tmp_path: Any) -> None:
+    """The trace attributes the extraction call to stage ``constraints``, as AgentResult does."""
+    from agent.api import build_agent
+    from agent.tracing import LocalTracer
+
+    good = {"target_type": "Recipe", "triplets": [{"entity": "Garlic", "relation": "USES", "direction": "out"}]}
+    model = ScriptedChatModel([finish(["R5"]), tool_reply(good, tokens=(321, 12))])
+    tracer = LocalTracer(tmp_path / "t.sqlite")
+    agent = build_agent(AgentConfig(policy="never", k=3, constraints=True), bundle=recipes, chat_model=model)
+    state = agent.invoke({"question": "Which recipes use garlic?"}, {"callbacks": [tracer]})
+    tracer.flush()
+    usage = tracer.usage_by_stage()
+    assert usage["constraints"].llm_calls == 1 and usage["constraints"].prompt_tokens == 321
+    assert state["result"].usage_by_stage["constraints"].prompt_tokens == 321
