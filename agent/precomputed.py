@@ -40,11 +40,35 @@ def _profile_json(skb: SKB) -> str:
 _DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
+def _code(*objects: Any) -> str:
+    """The source of the functions and classes that compute a record (other values by ``repr``).
+
+    Why not the whole module: the linker and the scorer change often in ways that do not touch
+    what is stored (clause linking, new scoring formulas over the same matrices); hashing only the
+    computing functions keeps a valid record valid, while any change to them retires it."""
+    import dataclasses
+    import inspect
+
+    parts = []
+    for obj in objects:
+        if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+            parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
+        elif inspect.isfunction(obj) or inspect.isclass(obj):
+            parts.append(inspect.getsource(obj))
+        else:
+            parts.append(repr(obj))
+    return digest_of(*parts)
+
+
 def lexicon_digest(skb: SKB) -> str:
     """The code and profile the lexicon record depends on (computed once per SKB)."""
     per = _DIGESTS.setdefault(skb, {})
     if LEXICON not in per:
-        per[LEXICON] = digest_of(source_digest("agent.linking", "graphs.loaders.profiles"), _profile_json(skb))
+        from agent import linking as ln
+
+        code = _code(ln.build_lexicon, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
+                     sorted(ln.FRAME_WORDS), ln._ACRONYM.pattern)
+        per[LEXICON] = digest_of(code, _profile_json(skb))
     return per[LEXICON]
 
 
@@ -52,9 +76,11 @@ def scoring_digest(skb: SKB) -> str:
     """The code and profile the scoring record depends on (computed once per SKB)."""
     per = _DIGESTS.setdefault(skb, {})
     if SCORING not in per:
-        per[SCORING] = digest_of(
-            source_digest("agent.ontology_scoring", "graphs.loaders.profiles", "graphs.model"), _profile_json(skb)
-        )
+        from agent import ontology_scoring as os_
+
+        code = _code(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
+                     os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
+        per[SCORING] = digest_of(code, source_digest("graphs.model"), _profile_json(skb))
     return per[SCORING]
 
 
@@ -216,46 +242,56 @@ def stored_names(skb: SKB) -> dict[str, list[str]] | None:
 
 
 # -- scoring models --------------------------------------------------------------------------
-def precompute_scoring(skb: SKB, state_dir: Path) -> None:
-    """Store every label's hierarchy and the models of term labels that have one.
+#: At most this many (target, term) models are stored per index (a schema with many labels has many pairs).
+MAX_STORED_MODELS = 16
 
-    Only (target, term) pairs whose term label has a hierarchy are stored: those are the models the
-    information-content ranking builds; others are still computed on demand."""
+
+def precompute_scoring(skb: SKB, state_dir: Path) -> None:
+    """Store every label's hierarchy and the scoring models of label pairs linked by a relation.
+
+    Pairs whose term label has a hierarchy come first (the information-content ranking), then the
+    others by annotation count, up to ``MAX_STORED_MODELS``; any other pair is computed on demand."""
     from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation
 
     schema = skb.schema()
     labels = schema.label_names()
     position = {key: i for i, key in enumerate(_node_keys(skb))}
     hierarchies: dict[str, list[str] | None] = {}
-    models: list[dict[str, Any]] = []
-    arrays: dict[str, np.ndarray] = {}
+    found: dict[str, Any] = {}
+    for label in labels:
+        found[label] = detect_hierarchy(skb, label)
+        hierarchy = found[label]
+        hierarchies[label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
+    counts = {(r.rel, r.src_label, r.dst_label): r.count for r in schema.relations}
+    pairs = []
     for term_label in labels:
-        hierarchy = detect_hierarchy(skb, term_label)
-        hierarchies[term_label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
-        if hierarchy is None:
-            continue
         for target_label in labels:
-            if target_label == term_label:
-                continue
-            annotation = find_annotation(schema, target_label, term_label)
+            annotation = None if target_label == term_label else find_annotation(schema, target_label, term_label)
             if annotation is None:
                 continue
-            model = build_model(skb, annotation, hierarchy)
-            tag = f"m{len(models)}"
-            models.append({
-                "tag": tag, "target_label": target_label, "term_label": term_label,
-                "rel": annotation.rel, "direction": annotation.direction, "max_ic": model.max_ic,
-                "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
-                "symmetric": model.symmetric,
-            })
-            arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
-            arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
-            arrays[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
-            for name in ("ancestors", "direct", "propagated"):
-                matrix = getattr(model, name)
-                arrays[f"{tag}.{name}.data"] = matrix.data
-                arrays[f"{tag}.{name}.indices"] = matrix.indices
-                arrays[f"{tag}.{name}.indptr"] = matrix.indptr
+            ends = (target_label, term_label) if annotation.direction == "out" else (term_label, target_label)
+            weight = counts.get((annotation.rel, *ends), 0)
+            pairs.append((found[term_label] is None, -weight, target_label, term_label, annotation))
+    pairs.sort(key=lambda p: p[:4])
+    models: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for _, _, target_label, term_label, annotation in pairs[:MAX_STORED_MODELS]:
+        model = build_model(skb, annotation, found[term_label])
+        tag = f"m{len(models)}"
+        models.append({
+            "tag": tag, "target_label": target_label, "term_label": term_label,
+            "rel": annotation.rel, "direction": annotation.direction, "max_ic": model.max_ic,
+            "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
+            "symmetric": model.symmetric,
+        })
+        arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
+        arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
+        arrays[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
+        for name in ("ancestors", "direct", "propagated"):
+            matrix = getattr(model, name)
+            arrays[f"{tag}.{name}.data"] = matrix.data
+            arrays[f"{tag}.{name}.indices"] = matrix.indices
+            arrays[f"{tag}.{name}.indptr"] = matrix.indptr
     write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, arrays)
 
 

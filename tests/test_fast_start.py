@@ -225,3 +225,20 @@ def test_index_without_the_new_artifacts_still_opens(
         assert np.allclose(bundle.hnsw.vectors(bundle.hnsw.keys), fast.hnsw.vectors(fast.hnsw.keys), atol=1e-6)
         assert model_for(bundle.skb, "Disease", "Phenotype") is not None
     assert any(f"skb index --force --index-dir {old}" in r.getMessage() for r in caplog.records)
+
+
+def test_a_verified_onnx_model_is_opened_from_its_file_not_held_in_memory(tmp_path: Path) -> None:
+    """The common start (model accepted by its recorded stat) keeps no 90 MB copy of the model bytes."""
+    from graphs.embedder import _minilm_path
+    from graphs.onnx_embedder import _session, ensure_onnx_model
+
+    first = ensure_onnx_model(_minilm_path(), "fp32", cache_dir=tmp_path)
+    assert first.rebuilt and first.held is not None  # just built (and hashed): created from the bytes
+    again = ensure_onnx_model(_minilm_path(), "fp32", cache_dir=tmp_path)
+    assert not again.rebuilt and again.held is None and again.sha256 == first.sha256
+    assert again.data == first.held  # still readable on demand
+    session = _session(again, "fp32")
+    ids = np.array([[101, 2023, 102]], dtype=np.int64)
+    feeds = {i.name: (ids if "input_ids" in i.name else np.ones_like(ids) if "mask" in i.name else np.zeros_like(ids))
+             for i in session.get_inputs()}
+    assert session.run(None, feeds)[0].shape[0] == 1
