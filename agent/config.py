@@ -140,11 +140,32 @@ class AgentConfig(BaseModel):
         default=0.5, ge=0.0, le=1.0,
         description="a clause whose content words are named exactly above this share is a list of names, not a description",
     )
+    frequency_mix: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="share of annotation-frequency-weighted matches in ontology scoring; None: the domain "
+        "profile's scoring.frequency_mix",
+    )
+    size_penalty: float | None = Field(
+        default=None, ge=0.0, le=10.0,
+        description="penalty per log annotation count of a target (annotation-set size calibration); None: the "
+        "profile's scoring.size_penalty",
+    )
+    direct_weight: float | None = Field(
+        default=None, ge=0.0, le=10.0,
+        description="weight of a target's own annotations beside the evidence through finer-annotated "
+        "intermediates (a gene's diseases); None: the profile's scoring.direct_weight",
+    )
     link_confidence_power: float = Field(
         default=1.0, ge=0.0, le=10.0,
         description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power; "
         "0 ignores link confidence (every kept candidate counts fully)",
     )
+
+    def scoring_overrides(self) -> dict[str, float]:
+        """The ontology-scoring weights set here (the rest come from the domain profile)."""
+        values = {"frequency_mix": self.frequency_mix, "size_penalty": self.size_penalty,
+                  "direct_weight": self.direct_weight}
+        return {k: float(v) for k, v in values.items() if v is not None}
 
     def clause_settings(self) -> ClauseSettings | None:
         """The clause-linking thresholds, or None when clause linking is off."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
@@ -29,7 +29,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import get_executor_for_config
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
@@ -60,6 +60,7 @@ from tools import make_tools
 from tools.common import schema_of
 from tools.results import (
     CHARS_PER_TOKEN,
+    TYPED_RESULTS,
     Finish,
     ToolError,
     estimate_tokens,
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from graphs.bundle import IndexBundle
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 #: Tool-call arguments that size a result; clamped to ``per_call_k`` (K).
 _SIZE_ARGS = {"semantic_search": "k", "search_nodes": "limit", "cypher": "max_rows"}
@@ -473,11 +477,9 @@ class AgentGraph:
         return update
 
     def run_tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        """Run the round's calls concurrently (they are independent by construction: one model turn).
-
-        LangChain's executor for the config copies the context into each worker, so every tool
-        run is traced under this node. Results keep the call order.
-        """
+        """Run the round's calls concurrently (they are independent by construction: one model turn),
+        at most ``max_parallel_tools`` at a time. Results keep the call order; every tool run is traced
+        under this node (see ``run_concurrently``)."""
         start = time.perf_counter()
         cfg = settings(self.config, config)
         question = state["question"]
@@ -500,11 +502,7 @@ class AgentGraph:
                 message = ToolMessage(content=str(message), tool_call_id=call_id, name=name)
             return _budgeted(message, name, cfg.tool_output_tokens), None
 
-        if len(calls) <= 1 or cfg.max_parallel_tools <= 1:
-            outcomes = [run_one(call) for call in calls]
-        else:
-            with get_executor_for_config({**config, "max_concurrency": cfg.max_parallel_tools}) as pool:
-                outcomes = list(pool.map(run_one, calls))
+        outcomes = run_concurrently(run_one, calls, cfg.max_parallel_tools)
         messages = [m for m, _ in outcomes]
         return {
             "round_messages": [*messages, *(state.get("round_messages") or [])],
@@ -787,10 +785,58 @@ def _add_time(state: AgentState, stage: str, start: float) -> dict[str, float]:
     }
 
 
+#: Threads shared by every run's tool calls (a round holds at most ``max_parallel_tools`` of them).
+TOOL_THREADS = 32
+_tool_pool: ContextThreadPoolExecutor | None = None
+_tool_pool_lock = threading.Lock()
+
+
+def _shared_pool() -> ContextThreadPoolExecutor:
+    global _tool_pool
+    with _tool_pool_lock:
+        if _tool_pool is None:
+            _tool_pool = ContextThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="skb-tool")
+        return _tool_pool
+
+
+def run_concurrently(fn: Callable[[_T], _R], items: Sequence[_T], limit: int) -> list[_R]:
+    """``[fn(x) for x in items]`` with at most ``limit`` running at once; results in item order.
+
+    Why this shape: ``limit - 1`` workers from a process-wide pool plus the calling thread pull items
+    from one queue. A pool per round started its threads every round (a measurable share of a
+    round's time on a busy machine); the calling thread doing its share saves a hand-off and keeps the
+    round moving even when the shared pool is busy with other questions' calls. The pool copies the
+    caller's context into its workers, so tool runs are traced under the calling node.
+    """
+    if len(items) <= 1 or limit <= 1:
+        return [fn(x) for x in items]
+    results: list[_R | None] = [None] * len(items)
+    queue = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(queue, None)
+            if i is None:
+                return
+            results[i] = fn(items[i])
+
+    futures = [_shared_pool().submit(work) for _ in range(min(limit, len(items)) - 1)]
+    work()
+    for future in futures:
+        if not future.cancel():  # a worker that never started has nothing left to do
+            future.result()
+    return results  # type: ignore[return-value]  # every slot was filled: the queue was drained
+
+
 def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessage:
     """The tool message with a typed artifact and model text within the budget, whatever the tool returned
-    (tools that still answer with JSON dicts get their text re-rendered from the typed result)."""
+    (a tool that answers with a JSON dict or an over-long text gets its text re-rendered from the typed
+    result). A typed artifact whose text fits is passed through: our tools render it with this budget."""
     artifact = getattr(message, "artifact", None)
+    if isinstance(artifact, TYPED_RESULTS) and len(str(message.content)) <= budget_tokens * CHARS_PER_TOKEN:
+        return message
     result = parse_result(name, artifact if artifact is not None else message.content)
     if result is None:
         text = str(message.content)

@@ -44,6 +44,7 @@ from pydantic import ConfigDict, Field
 from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for, schema_for
 from agent.path_planner import path_walk_message
 from graphs.errors import PlannerError
+from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
 from tools.results import Neighbor, Neighborhood, SemanticHit, SemanticHits, ToolResult, parse_result
 from tools.search_nodes import MAX_LIMIT as SEARCH_MAX_LIMIT
@@ -147,8 +148,13 @@ def feature_groups(linked: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> 
     return list(groups.values())
 
 
-def _score(model: AnnotationModel, keys: Sequence[str], features: Features | None) -> np.ndarray:
-    """Plain best-match scoring for named terms; weighted alternatives when a clause has several."""
+def _score(
+    model: AnnotationModel, keys: Sequence[str], features: Features | None, scoring: Mapping[str, float] | None = None
+) -> np.ndarray:
+    """Plain best-match scoring for named terms; weighted alternatives when a clause has several.
+
+    ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` (AgentConfig knobs)."""
+    weights = {k: float(v) for k, v in (scoring or {}).items() if k in ("frequency_mix", "size_penalty")}
     if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
         return model.score_groups(features)
     return model.score(keys)
@@ -162,9 +168,10 @@ def _via_intermediate(
     target: str,
     targets: Sequence[str],
     features: Features | None = None,
+    scoring: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases)."""
-    mid_scores = _score(mid_model, query, features)
+    mid_scores = _score(mid_model, query, features, scoring)
     shifted = (mid_scores - float(mid_scores.min()) + 1e-6).astype(np.float32)
     links = link_matrix(skb, step_rel, target, mid_model)
     rows = [links.row_index.get(k, -1) for k in targets]
@@ -213,6 +220,7 @@ def rank_targets(
     semantic: Mapping[str, float] | None = None,
     support: Mapping[str, float] | None = None,
     top: int | None = None,
+    scoring: Mapping[str, float] | None = None,
 ) -> list[tuple[str, float]]:
     """Rank candidate target keys for the linked entities.
 
@@ -236,7 +244,7 @@ def rank_targets(
         features = feature_groups(linked, keys)
         direct: np.ndarray | None = None
         if model is not None and model.term_ids(keys):
-            all_scores = _score(model, keys, features)
+            all_scores = _score(model, keys, features, scoring)
             floor = float(all_scores.min())
             idx = np.array([model.target_index.get(c, -1) for c in cands])
             direct = np.where(idx >= 0, all_scores[np.maximum(idx, 0)] - floor, 0.0)
@@ -250,12 +258,13 @@ def rank_targets(
                 continue
             if model is not None and mid_model.mean_annotations() >= model.mean_annotations():
                 continue  # the intermediate is not finer-grained than the target
-            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands, features)
+            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands, features, scoring)
             break
         if via:
             vals = np.array([via.get(c, 0.0) for c in cands])
             if direct is not None:
-                vals = vals + 0.01 * direct
+                direct_weight = (scoring or {}).get("direct_weight", profile_for(skb).scoring.direct_weight)
+                vals = vals + float(direct_weight) * direct
             total += vals
             scored |= vals > 0
         elif direct is not None:
@@ -439,7 +448,9 @@ class OfflinePlanner(BaseChatModel):
             mids = [n.key for n in obs.neighbors(path[0]["rel"]) if n.label == mid]
             if not mids:
                 continue
-            ranked = rank_targets(skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS)
+            ranked = rank_targets(
+                skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS, scoring=plan.get("scoring")
+            )
             seeds = [key for key, _ in ranked[:SECOND_HOP_SEEDS]]
             if seeds:
                 calls.append(self._search(seeds, path[1]["rel"], path[1]["direction"], path[1]["to_label"], k))
@@ -463,7 +474,10 @@ class OfflinePlanner(BaseChatModel):
                 candidates.append(h.key)
                 semantic[h.key] = max(semantic.get(h.key, -1.0), h.score)
         if target:
-            ranked = rank_targets(skb, str(target), linked, paths, candidates, semantic, support, top=self.finish_keys)
+            ranked = rank_targets(
+                skb, str(target), linked, paths, candidates, semantic, support, top=self.finish_keys,
+                scoring=plan.get("scoring"),
+            )
         else:
             pool = {c: support.get(c, 0.0) + 0.1 * semantic.get(c, 0.0) for c in dict.fromkeys(candidates)}
             ranked = sorted(pool.items(), key=lambda kv: -kv[1])

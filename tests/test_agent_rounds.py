@@ -173,3 +173,43 @@ def test_openai_http_prompt_growth_per_round_stays_within_the_budget(openai_stub
         assert added <= budget * CHARS_PER_TOKEN * len(new_tools)
     # the raw results were far larger than what the model read
     assert result.tool_output_tokens <= budget * 5
+
+
+def test_run_concurrently_caps_parallelism_keeps_order_and_uses_the_calling_thread() -> None:
+    from agent.graph import run_concurrently
+
+    lock = threading.Lock()
+    active = {"now": 0, "most": 0}
+    threads: set[int] = set()
+
+    def work(i: int) -> int:
+        with lock:
+            active["now"] += 1
+            active["most"] = max(active["most"], active["now"])
+            threads.add(threading.get_ident())
+        time.sleep(0.02)
+        with lock:
+            active["now"] -= 1
+        return i * i
+
+    assert run_concurrently(work, list(range(8)), 3) == [i * i for i in range(8)]
+    assert active["most"] <= 3 and len(threads) >= 2
+    assert threading.get_ident() in threads  # the caller did its share
+    threads.clear()
+    assert run_concurrently(work, [1, 2, 3], 1) == [1, 4, 9]
+    assert threads == {threading.get_ident()}
+
+
+def test_run_concurrently_finishes_when_the_shared_pool_is_busy() -> None:
+    """Other questions' calls may hold every pooled thread: the calling thread drains the queue alone."""
+    from agent.graph import TOOL_THREADS, _shared_pool, run_concurrently
+
+    release = threading.Event()
+    blockers = [_shared_pool().submit(release.wait, 10) for _ in range(TOOL_THREADS)]
+    try:
+        assert run_concurrently(lambda i: -i, [1, 2, 3, 4], 4) == [-1, -2, -3, -4]
+        assert not any(b.done() for b in blockers)  # it did not wait for a pooled thread to come free
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result()

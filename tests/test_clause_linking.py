@@ -229,3 +229,23 @@ def test_described_clauses_rank_the_right_product(catalog: Any) -> None:
     assert {e["group"] for e in linked} == {0, 1}
     ranked = rank_targets(catalog.skb, "Product", linked, [], list(PRODUCTS))
     assert [k for k, _ in ranked[:2]] == ["P_BREAKFAST", "P_KITCHEN"]  # both clauses, then the kettle alone
+
+
+# -- scoring weights set per call (AgentConfig) over the profile's --------------------------------
+
+
+def test_agent_config_scoring_overrides_reach_the_ranking() -> None:
+    skb = tiny_skb()  # profile: frequency_mix 0.1, size_penalty 0.5 (the ScoringSpec defaults)
+    linked = [{"key": "A1", "label": "Term", "mention": "a1"}, {"key": "B1", "label": "Term", "mention": "b1"}]
+    cfg = AgentConfig(frequency_mix=0.0, size_penalty=0.0)
+    assert cfg.scoring_overrides() == {"frequency_mix": 0.0, "size_penalty": 0.0}
+    assert AgentConfig().scoring_overrides() == {}  # nothing set: the profile decides
+    ranked = dict(rank_targets(skb, "Item", linked, [], ["I1", "I2", "I3", "I4"], scoring=cfg.scoring_overrides()))
+    # plain Resnik sums, shifted by the minimum (I2: A1~A2 share A, B1 unmatched), no size penalty:
+    raw = {"I1": LN2, "I2": LN43, "I3": LN2, "I4": 2 * LN2}
+    floor = min(raw.values())
+    for item, value in raw.items():
+        assert ranked[item] == pytest.approx(value - floor, abs=1e-4), item
+    # with the profile's size penalty (0.5 x log(1 + |annotations|)) I4's second annotation costs it
+    default = dict(rank_targets(skb, "Item", linked, [], ["I1", "I2", "I3", "I4"]))
+    assert default["I4"] - default["I1"] < ranked["I4"] - ranked["I1"]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-from langchain_core.tools import InjectedToolArg
+from langchain_core.tools import InjectedToolArg, StructuredTool
 from pydantic import BaseModel
 
-from graphs.model import GraphSchema
+from graphs.model import SKB, GraphSchema
 from graphs.text_safety import clean_text
 
 if TYPE_CHECKING:
@@ -34,6 +35,20 @@ class InjectedArgs(BaseModel):
 
     step: Annotated[int, InjectedToolArg] = 0
     question: Annotated[str | None, InjectedToolArg] = None
+
+
+class SKBTool(StructuredTool):
+    """A StructuredTool whose function takes only its own arguments (no config, no callbacks).
+
+    Why: StructuredTool resolves the function's type hints on every call to find a RunnableConfig
+    parameter (about half a millisecond per call with postponed annotations, several calls per
+    question); our tool functions never take one, so this ``_run`` declares none and calls the
+    function directly. Callbacks and tracing still wrap the call in ``BaseTool.run``."""
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        if self.func is None:
+            raise NotImplementedError(f"tool {self.name} has no synchronous function")
+        return self.func(*args, **kwargs)
 
 
 def truncate(text: str, limit: int = MAX_TEXT_CHARS) -> str:
@@ -134,6 +149,28 @@ def embedding_matrix(bundle: IndexBundle) -> EmbeddingMatrix:
         for ident in [i for i, (h, _) in _matrices.items() if h is not hnsw and i != id(hnsw)][:-3]:
             _matrices.pop(ident, None)  # keep a few indexes' matrices, not every one ever opened
         return matrix
+
+
+_snippet_lock = threading.Lock()
+#: Per graph (weakly: a rebuilt index's old graph is not kept alive), node key -> text cut to MAX_TEXT_CHARS.
+_snippets: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def node_snippet(bundle: IndexBundle, key: str) -> str:
+    """The node's text cut to MAX_TEXT_CHARS, computed once per node and graph.
+
+    Why: a node's text is built from its fields and, for some types, the names of many neighbours;
+    ``semantic_search`` shows it for every hit of every call, and the same nodes come back question
+    after question."""
+    skb = bundle.skb
+    with _snippet_lock:
+        texts = _snippets.get(skb)
+        if texts is None:
+            texts = _snippets[skb] = {}
+    text = texts.get(key)
+    if text is None:
+        text = texts[key] = truncate(skb.node_text(key))
+    return text
 
 
 def question_for(question: str | None, getter: QuestionGetter | None) -> str | None:

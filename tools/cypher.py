@@ -12,7 +12,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from pydantic import Field, field_validator
 
 from graphs.errors import (
@@ -36,7 +36,7 @@ from graphs.store.cypher_guard import (
     check_resources,
 )
 from graphs.text_safety import clean_text
-from tools.common import InjectedArgs, error_payload, provenance, schema_of, tool_output, truncate
+from tools.common import InjectedArgs, SKBTool, error_payload, provenance, schema_of, tool_output, truncate
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -99,7 +99,7 @@ class CypherArgs(InjectedArgs):
         return params
 
 
-class CypherTool(StructuredTool):
+class CypherTool(SKBTool):
     """The cypher tool, with its arguments validated before LangChain's callbacks see them.
 
     Why: ``BaseTool.run`` renders the raw input with ``str()`` for its callbacks before it

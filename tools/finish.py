@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from pydantic import Field, model_validator
 
-from tools.common import InjectedArgs, truncate
+from tools.common import InjectedArgs, SKBTool, truncate
 from tools.results import DEFAULT_BUDGET_TOKENS, Finish, ToolProvenance, tool_output
 
 if TYPE_CHECKING:
@@ -62,6 +62,6 @@ def make_finish(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BUDGET_TOKE
         )
         return tool_output(result, budget_tokens)
 
-    return StructuredTool.from_function(
+    return SKBTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=FinishArgs, response_format="content_and_artifact"
     )

@@ -329,6 +329,8 @@ RESULT_TYPES: dict[str, type[_Result]] = {
     "cypher": Rows,
     "finish": Finish,
 }
+#: The result model classes, for isinstance checks (a ToolResult is one of these).
+TYPED_RESULTS: tuple[type[_Result], ...] = (SemanticHits, Neighborhood, Rows, Finish, ToolError)
 _ADAPTER: TypeAdapter[SemanticHits | Neighborhood | Rows | Finish | ToolError] = TypeAdapter(ToolResult)
 
 
@@ -406,6 +408,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_BUDGET_TOKENS",
     "RESULT_TYPES",
+    "TYPED_RESULTS",
     "Evidence",
     "Finish",
     "Neighbor",

@@ -15,13 +15,15 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from graphs.errors import ConfigError, StoreError, StoreUnavailableError
+from graphs.store.aggregate import NeighborAggregate
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
+    SKBTool,
     embed_query,
     embedding_matrix,
     label_hint,
@@ -89,16 +91,16 @@ def make_search_nodes(
         direction: Literal["out", "in", "both"],
         target_label: str | None,
         fetch: int,
-    ) -> list[Neighbor]:
+    ) -> list[NeighborAggregate]:
+        """The neighbours of ``known`` as the store aggregated them (seeds made distinct), most edges first."""
+        nodes = bundle.skb.nodes
         by_label: dict[str, list[str]] = defaultdict(list)
         for key in known:
-            by_label[bundle.skb.nodes[key].label].append(key)
-        merged: dict[str, Neighbor] = {}
-        nodes = bundle.skb.nodes
+            by_label[nodes[key].label].append(key)
         store = bundle.store
         # one query per seed label; almost every call expands keys of a single label
-        for seed_label, keys in sorted(by_label.items()):
-            rows = store.aggregate_neighbors(
+        results = [
+            store.aggregate_neighbors(
                 seed_label,
                 keys,
                 rel_types=rel_types,
@@ -108,31 +110,37 @@ def make_search_nodes(
                 limit=fetch,
                 timeout_ms=QUERY_TIMEOUT_MS,
             )
-            for key, seeds, rels, paths, weight in rows:
-                node = nodes.get(key)
-                entry = merged.get(key)
-                if entry is None:
-                    # model_construct: the values come typed from our own query; validating thousands of
-                    # rows per call cost more than the query
-                    merged[key] = Neighbor.model_construct(
-                        key=key,
-                        label=node.label if node is not None else (target_label or ""),
-                        name=node.name if node is not None else key,
-                        seeds=sorted(set(seeds)),
-                        rels=sorted(rels),
-                        paths=paths,
-                        weight=weight,
-                    )
-                else:
-                    entry.seeds = sorted({*entry.seeds, *seeds})
-                    entry.rels = sorted({*entry.rels, *rels})
-                    entry.paths += paths
-                    if weight is not None:
-                        entry.weight = (entry.weight or 0.0) + weight
-        out = list(merged.values())
-        if len(by_label) > 1:
-            out.sort(key=lambda n: (-n.paths, n.key))
-        return out
+            for seed_label, keys in sorted(by_label.items())
+        ]
+        if len(results) == 1:
+            return results[0]
+        merged: dict[str, NeighborAggregate] = {}
+        for rows in results:
+            for row in rows:
+                prev = merged.get(row.key)
+                if prev is None:
+                    merged[row.key] = row
+                    continue
+                weight = prev.weight if row.weight is None else (prev.weight or 0.0) + row.weight
+                merged[row.key] = NeighborAggregate(
+                    row.key, [*prev.seeds, *row.seeds], sorted({*prev.rels, *row.rels}), prev.paths + row.paths, weight
+                )
+        return sorted(merged.values(), key=lambda n: (-n.paths, n.key))
+
+    def neighbor(row: NeighborAggregate, target_label: str | None, score: float | None) -> Neighbor:
+        """The typed result row (validated: pydantic's core validates a row faster than model_construct
+        copies one, and only the rows a call returns are built)."""
+        node = bundle.skb.nodes.get(row.key)
+        return Neighbor(
+            key=row.key,
+            label=node.label if node is not None else (target_label or ""),
+            name=node.name if node is not None else row.key,
+            seeds=sorted(set(row.seeds)),
+            rels=sorted(row.rels),
+            paths=row.paths,
+            weight=row.weight,
+            score=score,
+        )
 
     def run(
         keys: list[str],
@@ -171,44 +179,47 @@ def make_search_nodes(
         fetch = max(pool, limit) if do_rank else limit
         rels = list(rel_types) if rel_types else None
 
-        def fetch_all() -> tuple[list[Neighbor], list[TripleRow]]:
-            neighbors = aggregate(known, rels, direction, target_label, fetch + 1)
+        def fetch_all() -> tuple[list[NeighborAggregate], list[TripleRow]]:
+            found = aggregate(known, rels, direction, target_label, fetch + 1)
             triples: list[TripleRow] = []
             if include_triples:
                 raw = bundle.store.neighbors(
                     known, rel_types=rels, direction=direction, target_label=target_label, limit=MAX_TRIPLES
                 )
                 triples = [TripleRow(src=t.src, rel=t.rel, dst=t.dst, props=t.props) for t in raw]
-            return neighbors, triples
+            return found, triples
 
         try:
             try:
-                neighbors, triples = fetch_all()
+                rows, triples = fetch_all()
             except StoreUnavailableError:
                 # a server that died (or was stopped by a rebuild) is restarted by the next call;
                 # one-hop lookups are cheap and idempotent, so retry once before reporting
-                neighbors, triples = fetch_all()
+                rows, triples = fetch_all()
         except StoreUnavailableError as exc:
             hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
             return tool_output(tool_error(NAME, step, query, "store_unavailable", str(exc), hint), budget_tokens)
         except (StoreError, ConfigError) as exc:
             hint = "check keys, relationship types and label against the schema; " + relation_hint(schema)
             return tool_output(tool_error(NAME, step, query, "store_error", str(exc), hint), budget_tokens)
-        truncated = len(neighbors) > fetch
-        neighbors = neighbors[:fetch]
-        if do_rank and q and len(neighbors) > limit:
-            scores = embedding_matrix(bundle).scores([n.key for n in neighbors], embed_query(bundle, q))
-            scores = np.where(np.isnan(scores), -1.0, scores)
+        truncated = len(rows) > fetch
+        rows = rows[:fetch]
+        scores: list[float | None] = [None] * len(rows)
+        if do_rank and q and len(rows) > limit:
+            cosines = embedding_matrix(bundle).scores([r.key for r in rows], embed_query(bundle, q))
+            cosines = np.where(np.isnan(cosines), -1.0, cosines)
             # edge count first (more keys reaching a node is more evidence), then relevance
-            order = np.lexsort((-scores, -np.array([n.paths for n in neighbors])))
+            order = np.lexsort((-cosines, -np.fromiter((r.paths for r in rows), dtype=np.int64, count=len(rows))))
             kept = order[: limit + 1]  # scores only on what is returned (one more, to detect the cut)
-            neighbors = [neighbors[i].model_copy(update={"score": round(float(scores[i]), 4)}) for i in kept]
+            rows = [rows[i] for i in kept]
+            scores = [round(float(cosines[i]), 4) for i in kept]
             truncated = truncated or len(order) > limit
         else:
             do_rank = False
-        if len(neighbors) > limit:
-            neighbors = neighbors[:limit]
+        if len(rows) > limit:
+            rows, scores = rows[:limit], scores[:limit]
             truncated = True
+        neighbors = [neighbor(row, target_label, score) for row, score in zip(rows, scores, strict=True)]
         result = Neighborhood(
             provenance=ToolProvenance(tool=NAME, step=step, query=query[:500]),
             keys=known,
@@ -221,6 +232,6 @@ def make_search_nodes(
         )
         return tool_output(result, budget_tokens)
 
-    return StructuredTool.from_function(
+    return SKBTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=SearchNodesArgs, response_format="content_and_artifact"
     )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool
 from pydantic import Field
 
-from tools.common import InjectedArgs, embed_query, label_hint, schema_of, truncate
+from tools.common import InjectedArgs, SKBTool, embed_query, label_hint, node_snippet, schema_of, truncate
 from tools.results import DEFAULT_BUDGET_TOKENS, SemanticHit, SemanticHits, ToolProvenance, tool_error, tool_output
 
 if TYPE_CHECKING:
@@ -49,12 +49,12 @@ def make_semantic_search(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BU
                     label=node.label,
                     name=node.name,
                     score=round(float(score), 4),
-                    text=truncate(bundle.skb.node_text(key)),
+                    text=node_snippet(bundle, key),
                 )
             )
         result = SemanticHits(provenance=ToolProvenance(tool=NAME, step=step, query=truncate(query, 500)), hits=rows)
         return tool_output(result, budget_tokens)
 
-    return StructuredTool.from_function(
+    return SKBTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=SemanticSearchArgs, response_format="content_and_artifact"
     )

@@ -141,6 +141,9 @@ class ScoringSpec(_Strict):
     edge_weight_property: str | None = None
     frequency_mix: float = Field(default=0.1, ge=0.0, le=1.0)
     size_penalty: float = Field(default=0.5, ge=0.0)
+    direct_weight: float = Field(default=0.01, ge=0.0)
+    """Weight of a target's own annotations when a finer-annotated intermediate also scores it (a gene
+    through its diseases): the intermediate's best score leads, the direct score is added times this."""
     symmetric: float = Field(default=0.0, ge=0.0)
     """Weight of the target->query match (mean over a target's annotations of their best match in the
     query, times the query size): rewards targets whose own annotations the question explains."""
