@@ -156,8 +156,8 @@ def _score(
     ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` (AgentConfig knobs)."""
     weights = {k: float(v) for k, v in (scoring or {}).items() if k in ("frequency_mix", "size_penalty")}
     if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
-        return model.score_groups(features)
-    return model.score(keys)
+        return model.score_groups(features, **weights)
+    return model.score(keys, **weights)
 
 
 def _via_intermediate(
