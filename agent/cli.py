@@ -56,6 +56,18 @@ def ask_command(
     max_llm_calls: Annotated[int | None, typer.Option(help="LLM calls per question", min=1)] = None,
     max_prompt_tokens: Annotated[int | None, typer.Option(help="prompt tokens per question", min=1)] = None,
     max_wall_s: Annotated[float | None, typer.Option(help="seconds per question for LLM calls", min=0.001)] = None,
+    constraints: Annotated[
+        bool,
+        typer.Option(
+            "--constraints/--no-constraints",
+            help="constraint stage: triplet constraints joined in read-only Cypher, relaxed one at a time while "
+            "fewer than k answers survive (from the LLM with --planner openai, else from the plan)",
+        ),
+    ] = False,
+    rerank: Annotated[
+        str, typer.Option(help="LLM reranking of the top seeds: none | pointwise | listwise | pairwise")
+    ] = "none",
+    fallback_fusion: Annotated[str, typer.Option(help="fallback search fusion: minmax | rrf | dice")] = "minmax",
     trace: Annotated[
         bool | None, typer.Option("--trace/--no-trace", help="record a local trace (default: on unless SKB_TRACING=0)")
     ] = None,
@@ -76,9 +88,15 @@ def ask_command(
             raise ConfigError(f"unknown --policy {policy!r}; use always, skip-when-explicit-edges or never")
         if planner_mode not in ("loop", "plan-once"):
             raise ConfigError(f"unknown --planner-mode {planner_mode!r}; use loop or plan-once")
+        if rerank not in ("none", "pointwise", "listwise", "pairwise"):
+            raise ConfigError(f"unknown --rerank {rerank!r}; use none, pointwise, listwise or pairwise")
+        if fallback_fusion not in ("minmax", "rrf", "dice"):
+            raise ConfigError(f"unknown --fallback-fusion {fallback_fusion!r}; use minmax, rrf or dice")
         settings: dict[str, object] = {"planner": planner, "k": k, "k_prime": k_prime, "policy": policy,
                                        "planner_mode": planner_mode, "max_llm_calls": max_llm_calls,
-                                       "max_prompt_tokens": max_prompt_tokens, "max_wall_s": max_wall_s}
+                                       "max_prompt_tokens": max_prompt_tokens, "max_wall_s": max_wall_s,
+                                       "constraints": constraints, "rerank": rerank,
+                                       "fallback_fusion": fallback_fusion}
         if max_rounds is not None:
             settings["max_rounds"] = max_rounds
         if model is not None:
@@ -112,6 +130,13 @@ def ask_command(
         notes.append("fallback search used")
     if result.stopped_by_budget:
         notes.append(f"LLM calls stopped by the {result.stopped_by_budget} budget")
+    if result.constraints is not None:
+        steps = result.constraints.get("relaxations") or []
+        notes.append(f"constraints ({result.constraints.get('source')}): {result.constraints.get('candidates', 0)} "
+                     f"candidates, {max(0, len(steps) - 1)} relaxation(s)")
+    if result.rerank is not None:
+        notes.append(f"rerank {result.rerank.get('mode')}: {result.rerank.get('calls', 0)} call(s)"
+                     + (", order changed" if result.rerank.get("changed") else ""))
     console.print(", ".join(notes), style="dim", soft_wrap=True)
     for note in result.degraded:
         err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False, soft_wrap=True)

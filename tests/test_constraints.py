@@ -245,3 +245,24 @@ def test_trace_counts_the_constraint_stage(recipes: IndexBundle, tmp_path: Any) 
     usage = tracer.usage_by_stage()
     assert usage["constraints"].llm_calls == 1 and usage["constraints"].prompt_tokens == 321
     assert state["result"].usage_by_stage["constraints"].prompt_tokens == 321
+
+
+def test_skb_ask_constraints_and_rerank_options(hpo_index_dir: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    runner = CliRunner()
+    question = "Which disease has cutaneous syndactyly of toes, brachyturricephaly and craniosynostosis?"
+    args = ["ask", question, "--index-dir", str(hpo_index_dir), "--policy", "never", "--k", "3", "--no-trace"]
+    out = runner.invoke(app, [*args, "--constraints", "--rerank", "listwise", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["constraints"]["source"] == "plan" and data["context"][0]["key"] == "OMIM:101200"
+    assert "needs an LLM" in data["rerank"]["notes"][0]  # offline planner: no reranking
+    table = runner.invoke(app, [*args, "--constraints"])
+    assert table.exit_code == 0 and "constraints (plan):" in table.output
+    bad = runner.invoke(app, [*args, "--rerank", "sideways"])
+    assert bad.exit_code == 2 and "unknown --rerank 'sideways'" in bad.output
