@@ -54,6 +54,13 @@ class AgentConfig(BaseModel):
     constraint_prompt_tokens: int = Field(
         default=2000, ge=200, le=100_000, description="token budget (chars/4) of the constraint-extraction prompt"
     )
+    constraint_min_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="a join candidate goes before the planner's seeds when it satisfies at least this share of the "
+        "constraints; candidates of deeper relaxations (weaker evidence) follow the planner's seeds",
+    )
     rerank: Literal["none", "pointwise", "listwise", "pairwise"] = Field(
         default="none",
         description="LLM reranking of the top seeds: pointwise (one score per candidate, one call each), listwise "

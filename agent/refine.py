@@ -3,9 +3,10 @@
     ... -> observe / fallback -> [constrain] -> [rerank] -> expand -> finalize
 
 Why after the act loop: both refine a seed list that already exists. The constraint stage
-(``agent.constraints``) puts the candidates of the node-set join in front (strict join first,
-then each relaxation level; within a level by anchors reached, then by the planner's evidence)
-and keeps the planner's seeds after them; the reranker (``agent.rerank``) reorders the top
+(``agent.constraints``) puts the candidates of the node-set join that satisfy at least
+``constraint_min_share`` of the constraints in front (strict join first, then each relaxation
+level; within a level by anchors reached, then by the planner's evidence), then the planner's
+seeds, then the join candidates of deeper relaxations; the reranker (``agent.rerank``) reorders the top
 ``rerank_top`` seeds with the model. Each stage is a graph node of its own, so traces show its
 time, LLM calls and tokens (``usage`` key ``constraints`` / ``rerank``), and each leaves a report
 (``AgentResult.constraints`` / ``AgentResult.rerank``). With ``constraints`` off and ``rerank``
@@ -128,29 +129,34 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         result.candidates,
         key=lambda c: (c[1], -c[2], -(pool[c[0]]["score"] if c[0] in pool else 0.0), c[0]),
     )
-    seeds: list[SeedItem] = []
-    have: set[str] = set()
-    last = float("inf")
-    for key, level, support in ranked[: cfg.k]:
-        kept = len(result.steps[level].active)
-        score = min(last, 1.0 + kept / total)  # above every planner seed (their scores are <= 1)
-        last = score
-        seeds.append(SeedItem(key=key, score=score, origin="seed"))
-        have.add(key)
+    for key, level, support in ranked:
         prov = {"tool": "constraints", "step": level, "query": active[level]}
         entry = pool.get(key)
         if entry is None:
             pool[key] = Candidate(score=0.0, support=support, label=graph.bundle.skb.nodes[key].label, provenance=[prov])
         elif prov not in entry["provenance"]:
             entry["provenance"].append(prov)
+    share = {s.level: len(s.active) / total for s in result.steps}
+    front = [c for c in ranked if share[c[1]] >= cfg.constraint_min_share]
+    back = [c for c in ranked if share[c[1]] < cfg.constraint_min_share]
+    seeds: list[SeedItem] = []
+    have: set[str] = set()
+    last = float("inf")
+
+    def add(key: str, score: float, origin: str) -> None:
+        nonlocal last
+        if len(seeds) < cfg.k and key not in have:
+            last = min(last, score)
+            seeds.append(SeedItem(key=key, score=last, origin=origin))
+            have.add(key)
+
+    for key, level, _ in front:
+        add(key, 1.0 + share[level], "seed")  # above every planner seed (their scores are <= 1)
     for seed in state.get("seeds") or []:
-        if len(seeds) >= cfg.k:
-            break
-        if seed["key"] in have:
-            continue
-        last = min(last, float(seed["score"]))
-        seeds.append(SeedItem(key=seed["key"], score=last, origin=seed["origin"]))
-        have.add(seed["key"])
+        add(seed["key"], float(seed["score"]), seed["origin"])
+    for key, _, _ in back:
+        add(key, last, "seed")
+    report["front"] = len([c for c in front if c[0] in have])
     update.update(
         seeds=seeds,
         candidates=pool,

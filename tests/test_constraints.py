@@ -189,9 +189,15 @@ def test_agent_extracts_repairs_grounds_joins_and_relaxes(recipes: IndexBundle) 
     assert report["extraction"]["repaired"] and report["extraction"]["attempts"] == 2
     assert [s["level"] for s in report["relaxations"]] == [0, 1, 2]
     assert report["relaxations"][1]["dropped"] == "Recipe.minutes < 30"
-    # join candidates first (strict level, then level 2), then the planner's own seed
-    assert [i.key for i in result.context] == ["R1", "R2", "R3", "R6", "R5"]
+    # the strict level's candidates (3 of 3 constraints) first, then the planner's own seed, then
+    # level 2's (1 of 3 < constraint_min_share 0.5)
+    assert [i.key for i in result.context] == ["R1", "R2", "R5", "R3", "R6"]
+    assert report["front"] == 2
     steps = {i.key: [p.step for p in i.provenance if p.tool == "constraints"] for i in result.context}
+    model = ScriptedChatModel([finish(["R5"]), tool_reply(good)])
+    every = ask("Which quick Italian recipes use garlic?", bundle=recipes, chat_model=model,
+                config=cfg.model_copy(update={"constraint_min_share": 0.0}))
+    assert [i.key for i in every.context] == ["R1", "R2", "R3", "R6", "R5"]
     assert steps == {"R1": [0], "R2": [0], "R3": [2], "R6": [2], "R5": []}
     scores = [i.score for i in result.context]
     assert scores == sorted(scores, reverse=True)
