@@ -38,6 +38,8 @@ FusionMethod = Literal["minmax", "rrf", "dice"]
 #: most edges read per such node (hubs have thousands; stored order, the rest ignored).
 DICE_SEED_NODES = 10
 DICE_TRIPLES_PER_SEED = 1000
+#: Node texts whose content words a bundle keeps for Dice fusion (then the cache starts over).
+DICE_WORDS_CACHE = 100_000
 
 
 class SearchHit(BaseModel):
@@ -66,6 +68,9 @@ class IndexBundle:
     new index cannot be opened, every access raises its error (naming the rebuild command) rather
     than serving the old parts beside the new graph.
     """
+
+    _dice_words: tuple[object, dict[str, frozenset[str]]] | None = None
+    """Dice fusion's content words of node texts, for the SKB object they were computed from."""
 
     def __init__(
         self,
@@ -381,7 +386,20 @@ class IndexBundle:
             lexical, dense_hits = lexical_any, dense_any
         else:
             lexical, dense_hits = self.bm25.search(text, pool, label=label), self.hnsw.search(query, pool, label=label)
-        passages = {key: skb.node_text(key) for key, _ in [*lexical, *dense_hits] if key in skb.nodes}
+        # content words of node texts, kept per build (a reload brings a new SKB object, and with it
+        # an empty cache): building node texts was 3/4 of a Dice search
+        cached = self._dice_words
+        if cached is None or cached[0] is not skb or len(cached[1]) > DICE_WORDS_CACHE:
+            cached = self._dice_words = (skb, {})
+        text_words: dict[str, frozenset[str]] = cached[1]
+        passages: dict[str, frozenset[str]] = {}
+        for key, _ in [*lexical, *dense_hits]:
+            if key in passages or key not in skb.nodes:
+                continue
+            got = text_words.get(key)
+            if got is None:
+                got = text_words[key] = content_words(skb.node_text(key))
+            passages[key] = got
         seeds = [key for key, _ in fuse(lexical_any, dense_any, weight=weight)[:DICE_SEED_NODES]]
         names: dict[str, frozenset[str]] = {}
 
@@ -404,12 +422,12 @@ class IndexBundle:
                 if rel is None:
                     rel = names["\0" + edge.rel] = content_words(edge.rel.replace("_", " "))
                 triples.append((other, words(edge.src) | rel | words(edge.dst)))
-        keys = sorted(set(passages) | {key for key, _ in triples})
-        dense: dict[str, float] = {}
-        if keys:
-            known = [key for key in keys if key in self.hnsw]
+        dense: dict[str, float] = {key: float(sim) for key, sim in [*dense_any, *dense_hits]}
+        missing = sorted(key for key in set(passages) | {key for key, _ in triples} if key not in dense)
+        known = [key for key in missing if key in self.hnsw]
+        if known:
             sims = self.hnsw.vectors(known) @ np.asarray(query, dtype=np.float32)
-            dense = {key: float(sim) for key, sim in zip(known, sims, strict=True)}
+            dense.update({key: float(sim) for key, sim in zip(known, sims, strict=True)})
         return dice_fuse(text, passages, triples, dense, weight=weight, k=k)
 
     def _hit(self, key: str, score: float, source: str) -> SearchHit:
