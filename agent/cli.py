@@ -76,7 +76,6 @@ def ask_command(
     """Ask a question; prints the ranked k + k' context with provenance and the answer."""
     from pydantic import ValidationError
 
-    from agent.api import ask
     from agent.config import AgentConfig
     from graphs.bundle import IndexBundle
     from graphs.errors import ConfigError
@@ -106,6 +105,9 @@ def ask_command(
         except ValidationError as exc:
             raise ConfigError(f"invalid option: {exc}") from exc
         with IndexBundle.open(index_dir) as bundle:
+            bundle.warm_up()  # the embedder and graph server start while the agent's modules import
+            from agent.api import ask
+
             run_config = _run_config(index_dir, trace)
             result = ask(question, bundle=bundle, config=config, run_config=run_config)
             callbacks = run_config.get("callbacks")

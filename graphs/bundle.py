@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import gzip
 import json
+import logging
 import os
 import threading
 from collections import defaultdict
@@ -24,6 +25,8 @@ from pydantic import BaseModel
 from graphs.errors import ConfigError, IndexNotFoundError
 from graphs.loaders import DATASETS
 from graphs.model import SKB, GraphSchema, Node
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from graphs.bm25_index import BM25Index
@@ -325,6 +328,31 @@ class IndexBundle:
                 assert similar is not None
         return similar.get(key, [])
 
+    def warm_up(self) -> threading.Thread:
+        """Open the embedder and the graph store in a background thread; returns the (daemon) thread.
+
+        Why: a cold ``skb ask`` spends about a second importing the agent (Python, holding the GIL)
+        while starting the graph server and creating the ONNX session mostly wait on a child process
+        or run native code; overlapping them takes that time off the start. A part that fails here is
+        left unopened: the caller's own access raises the same error with its message.
+        """
+
+        def run() -> None:
+            try:
+                embedder = self.embedder
+                getattr(embedder, "inner", embedder).embed_query("warm up")  # session and first-run buffers
+            except Exception as exc:  # noqa: BLE001 - reported by the caller's own access
+                _log.debug("warm-up: embedder not opened (%s)", exc)
+            if self.store_kind != "none":
+                try:
+                    _ = self.store
+                except Exception as exc:  # noqa: BLE001 - reported by the caller's own access
+                    _log.debug("warm-up: graph store not opened (%s)", exc)
+
+        thread = threading.Thread(target=run, name="skb-warm-up", daemon=True)
+        thread.start()
+        return thread
+
     def node(self, key: str) -> Node | None:
         return self.skb.nodes.get(key)
 
@@ -465,9 +493,7 @@ def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
 
     if str(index_dir) not in _NOTED:
         _NOTED.add(str(index_dir))
-        import logging
-
-        logging.getLogger(__name__).warning(
+        _log.warning(
             "note: the index at %s predates the fast-start artifacts; rebuild it for a fast start with "
             "`skb index --force --index-dir %s`", index_dir, index_dir,
         )

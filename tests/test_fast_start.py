@@ -242,3 +242,15 @@ def test_a_verified_onnx_model_is_opened_from_its_file_not_held_in_memory(tmp_pa
     feeds = {i.name: (ids if "input_ids" in i.name else np.ones_like(ids) if "mask" in i.name else np.zeros_like(ids))
              for i in session.get_inputs()}
     assert session.run(None, feeds)[0].shape[0] == 1
+
+
+def test_warm_up_opens_the_embedder_and_store_in_the_background(hpo_index_dir: Path, fast_index: Path) -> None:
+    with IndexBundle.open(hpo_index_dir) as bundle:
+        thread = bundle.warm_up()
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert bundle._embedder is not None and bundle._store is not None
+        assert bundle.store.count_nodes() == len(bundle.skb.nodes)
+    with IndexBundle.open(fast_index) as bundle:  # --store none: nothing to start, and no error either
+        bundle.warm_up().join(timeout=120)
+        assert bundle._embedder is not None and bundle._store is None
