@@ -129,30 +129,49 @@ def _path_text(path: Sequence[Mapping[str, Any]]) -> str:
 
 # -- candidate pool -------------------------------------------------------------------------
 def _add_evidence(
-    pool: dict[str, Candidate], key: str, label: str, score: float, prov: dict[str, Any], support: int = 1
+    pool: dict[str, Candidate],
+    key: str,
+    label: str,
+    score: float,
+    prov: dict[str, Any],
+    support: int = 1,
+    owned: set[str] | None = None,
 ) -> None:
-    """Evidence adds up: a node reached from several seeds or calls outranks one reached once."""
+    """Evidence adds up: a node reached from several seeds or calls outranks one reached once.
+
+    ``owned``: keys whose entries this round already copied; any other existing entry belongs to
+    the previous state and is copied before it changes (copy on write: a round touches a few hundred
+    of the pool's entries, copying all of them every round cost more than the merge)."""
     entry = pool.get(key)
     if entry is None:
         pool[key] = Candidate(score=score * support, support=support, label=label, provenance=[prov])
+        if owned is not None:
+            owned.add(key)
         return
+    if owned is not None and key not in owned:
+        entry = pool[key] = Candidate(
+            score=entry["score"], support=entry["support"], label=entry["label"], provenance=list(entry["provenance"])
+        )
+        owned.add(key)
     entry["score"] += score * support
     entry["support"] += support
     if prov not in entry["provenance"]:
         entry["provenance"].append(prov)
 
 
-def merge_observation(pool: dict[str, Candidate], result: ToolResultT | None, bundle: IndexBundle) -> int:
+def merge_observation(
+    pool: dict[str, Candidate], result: ToolResultT | None, bundle: IndexBundle, owned: set[str] | None = None
+) -> int:
     """Fold one typed tool result into the pool; returns how many nodes it added evidence for.
 
     Each result kind says itself what evidence it carries (``evidence``), so a new tool needs no
-    branch here."""
+    branch here. ``owned``: see ``_add_evidence`` (None: every entry of ``pool`` may be changed)."""
     if result is None or result.is_error:
         return 0
     prov = result.provenance.model_dump()
     items = result.evidence(bundle.skb.nodes)
     for item in items:
-        _add_evidence(pool, item.key, item.label, item.score, prov, support=item.support)
+        _add_evidence(pool, item.key, item.label, item.score, prov, support=item.support, owned=owned)
     return len(items)
 
 
@@ -514,10 +533,8 @@ class AgentGraph:
         """Fold the round's results into the candidate pool and decide whether the loop is done."""
         start = time.perf_counter()
         cfg = settings(self.config, config)
-        pool: dict[str, Candidate] = {
-            k: Candidate(score=v["score"], support=v["support"], label=v["label"], provenance=list(v["provenance"]))
-            for k, v in (state.get("candidates") or {}).items()
-        }
+        pool: dict[str, Candidate] = dict(state.get("candidates") or {})  # entries copied on write
+        owned: set[str] = set()
         calls = state.get("pending_calls") or []
         round_messages = list(state.get("round_messages") or [])
         results = {str(m.tool_call_id): m for m in round_messages if isinstance(m, ToolMessage)}
@@ -536,7 +553,7 @@ class AgentGraph:
             result = parse_result(name, getattr(message, "artifact", None) or message.content)
             if isinstance(result, ToolError) and result.error.type == "store_unavailable":
                 degraded.append(f"tool {name}: graph store unavailable: {result.error.message}")
-            added = merge_observation(pool, result, self.bundle)
+            added = merge_observation(pool, result, self.bundle, owned)
             explicit = explicit or (result is not None and result.explicit_edges and added > 0)
             error = result.error.model_dump() if isinstance(result, ToolError) else None
             observations.append({"step": step, "tool": name, "args": call["args"], "nodes": added, "error": error})

@@ -170,3 +170,26 @@ def test_each_result_kind_states_its_own_evidence() -> None:
     rows = Rows(provenance=PROV, columns=["k"], rows=[["A"], ["nope"], ["B"]])
     assert [(e.key, e.label, e.score) for e in rows.evidence(nodes)] == [("A", "Disease", 1.0), ("B", "Gene", 0.75)]
     assert Finish(provenance=PROV, keys=["A"]).evidence(nodes) == []
+
+
+def test_pool_merge_copies_on_write_and_leaves_the_previous_state_alone() -> None:
+    """The agent's observe step shares unchanged pool entries with the previous state and copies an
+    entry before adding to it: the previous round's candidates never change under it."""
+    import copy
+
+    from agent.graph import merge_observation
+
+    bundle = SimpleNamespace(skb=SimpleNamespace(nodes={}))
+    previous: dict[str, Any] = {}
+    merge_observation(previous, hood(3), bundle)  # type: ignore[arg-type]
+    frozen = copy.deepcopy(previous)
+    pool = dict(previous)
+    owned: set[str] = set()
+    second = Rows(provenance=ToolProvenance(tool="cypher", step=3, query="q2"), columns=["k"], rows=[["D:0"]])
+    bundle.skb.nodes["D:0"] = SimpleNamespace(label="Disease")
+    assert merge_observation(pool, hood(1), bundle, owned) == 1  # type: ignore[arg-type]
+    assert merge_observation(pool, second, bundle, owned) == 1  # type: ignore[arg-type]
+    assert previous == frozen  # nothing of the previous state changed
+    assert pool["D:0"] is not previous["D:0"] and pool["D:1"] is previous["D:1"]  # untouched entries shared
+    assert pool["D:0"]["support"] == frozen["D:0"]["support"] + 2 + 1
+    assert len(pool["D:0"]["provenance"]) == 2

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -95,8 +95,11 @@ def _shrink(value: Any, chars: int) -> Any:
     return value
 
 
-class Evidence(BaseModel):
-    """One node a result supports as a candidate answer: how strongly, and from how many sources."""
+class Evidence(NamedTuple):
+    """One node a result supports as a candidate answer: how strongly, and from how many sources.
+
+    A tuple, not a model: a result yields one per neighbour, hundreds per call, read once by the
+    agent's pool merge (validated models cost more there than the merge itself)."""
 
     key: str
     label: str
