@@ -92,7 +92,11 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
             degraded.append(f"constraint extraction failed: {exc}; used the plan's constraints")
     report["source"] = "llm" if spec is not None else "plan"
     if spec is None:
-        spec, anchors = offline_spec(state.get("target_type"), linked, schema)
+        # the planner's answer type: the label of its best seed (its path walk may end at another type
+        # than the heuristic plan's guess), else the plan's target type
+        planned = state.get("seeds") or []
+        top = graph.bundle.skb.nodes.get(planned[0]["key"]) if planned else None
+        spec, anchors = offline_spec(top.label if top is not None else state.get("target_type"), linked, schema)
     update: dict[str, Any] = {"degraded": degraded}
     if usage.llm_calls:
         update["usage"] = {"constraints": usage.as_dict()}

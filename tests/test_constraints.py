@@ -272,3 +272,14 @@ def test_skb_ask_constraints_and_rerank_options(hpo_index_dir: Any) -> None:
     assert table.exit_code == 0 and "constraints (plan):" in table.output
     bad = runner.invoke(app, [*args, "--rerank", "sideways"])
     assert bad.exit_code == 2 and "unknown --rerank 'sideways'" in bad.output
+
+
+def test_offline_constraints_follow_the_planner_answer_type(recipes: IndexBundle) -> None:
+    """Without an LLM the constraints are built for the label of the planner's best seed: here the
+    (scripted) planner answers with a Cuisine, and no Ingredient is one hop from a Cuisine, so the
+    stage finds no constraint instead of joining recipes that the plan's wording suggested."""
+    model = ScriptedChatModel([finish(["C:Italian"])])
+    result = ask("Which recipe cuisine uses garlic?", bundle=recipes, chat_model=model,
+                 config=AgentConfig(policy="never", k=3, constraints=True, planner="offline"))
+    assert result.constraints is not None and "skipped" in result.constraints
+    assert result.context[0].key == "C:Italian"
