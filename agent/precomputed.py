@@ -251,15 +251,19 @@ def precompute_scoring(skb: SKB, state_dir: Path) -> None:
 
     Pairs whose term label has a hierarchy come first (the information-content ranking), then the
     others by annotation count, up to ``MAX_STORED_MODELS``; any other pair is computed on demand."""
-    from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation
+    from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation, schema_for
 
-    schema = skb.schema()
+    schema = schema_for(skb)
     labels = schema.label_names()
     position = {key: i for i, key in enumerate(_node_keys(skb))}
+    by_rel: dict[str, list[Any]] = defaultdict(list)
+    for edge in skb.edges:  # one pass; each computation below then reads only its relations' edges
+        by_rel[edge.rel].append(edge)
     hierarchies: dict[str, list[str] | None] = {}
     found: dict[str, Any] = {}
     for label in labels:
-        found[label] = detect_hierarchy(skb, label)
+        self_rels = {r.rel for r in schema.relations if r.src_label == label and r.dst_label == label}
+        found[label] = detect_hierarchy(_with_edges(skb, by_rel, self_rels), label)
         hierarchy = found[label]
         hierarchies[label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
     counts = {(r.rel, r.src_label, r.dst_label): r.count for r in schema.relations}
@@ -276,7 +280,8 @@ def precompute_scoring(skb: SKB, state_dir: Path) -> None:
     models: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
     for _, _, target_label, term_label, annotation in pairs[:MAX_STORED_MODELS]:
-        model = build_model(skb, annotation, found[term_label])
+        rels = {annotation.rel} | ({found[term_label].rel} if found[term_label] is not None else set())
+        model = build_model(_with_edges(skb, by_rel, rels), annotation, found[term_label])
         tag = f"m{len(models)}"
         models.append({
             "tag": tag, "target_label": target_label, "term_label": term_label,
@@ -293,6 +298,24 @@ def precompute_scoring(skb: SKB, state_dir: Path) -> None:
             arrays[f"{tag}.{name}.indices"] = matrix.indices
             arrays[f"{tag}.{name}.indptr"] = matrix.indptr
     write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, arrays)
+
+
+def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
+    """A shallow copy of ``skb`` holding only the edges of ``rels`` (each relation's edges in their order).
+
+    Why: the computations filter edges by relation; giving them only those edges makes building
+    the stored models several times faster with identical results (they never mix two relations'
+    edges in one loop, so the order within each relation is all that matters)."""
+    import copy
+
+    from agent.ontology_scoring import _META_LOCK, _SCHEMAS, schema_for
+
+    view = copy.copy(skb)
+    view.edges = [edge for rel in sorted(rels) for edge in by_rel.get(rel, ())]
+    schema = schema_for(skb)
+    with _META_LOCK:
+        _SCHEMAS[view] = schema  # the whole SKB's schema (relation counts), not the view's
+    return view
 
 
 def stored_hierarchy(skb: SKB, label: str) -> tuple[bool, Any]:

@@ -114,6 +114,7 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
             for name in ("ancestors", "direct", "propagated"):
                 a, b = getattr(got, name), getattr(want, name)
                 assert a.format == b.format and a.shape == b.shape and (a != b).nnz == 0, name
+                assert np.array_equal(a.indices, b.indices) and np.array_equal(a.indptr, b.indptr), name
             query = want.terms[: len(want.terms) : 5]
             assert np.array_equal(got.score(query), want.score(query))
             assert model_for(skb, target, term) is not None
