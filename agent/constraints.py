@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 
 from agent.structured import OutputMode, bind_structured, structured_call
 from graphs.errors import SKBError
-from graphs.model import GraphSchema
+from graphs.model import SKB, GraphSchema
 from graphs.store.props import quote_name
 from graphs.text_safety import quoted
 from prompts import render_prompt
@@ -360,6 +360,22 @@ def ground(
         text = f"{target}.{a.property} {a.op} {a.value!r}"
         out.append(Constraint("attribute", text, a.confidence, base + j, property=a.property, op=a.op, value=a.value))
     return out, ungrounded
+
+
+def satisfied_by_any(skb: SKB, keys: Sequence[str], constraint: Constraint) -> bool:
+    """Whether one of ``keys`` is linked to the constraint's anchors as it requires (in-memory graph)."""
+    anchors = set(constraint.anchors)
+
+    def fits(other: str, rel: str) -> bool:
+        return other in anchors and constraint.relation in (None, rel)
+
+    for key in keys:
+        if key not in skb.nodes:
+            continue
+        out = constraint.direction in ("out", "any") and any(fits(e.dst, e.rel) for e in skb.out_edges(key))
+        if out or (constraint.direction in ("in", "any") and any(fits(e.src, e.rel) for e in skb.in_edges(key))):
+            return True
+    return False
 
 
 def run_constraints(

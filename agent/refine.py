@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
-from agent.constraints import extract_constraints, ground, offline_spec, run_constraints
+from agent.constraints import extract_constraints, ground, offline_spec, run_constraints, satisfied_by_any
 from agent.llm_planner import Budget, BudgetSpentError, Usage
 from agent.rerank import Candidate as RerankCandidate
 from agent.rerank import bind_for, rerank
@@ -109,6 +109,13 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         return [e.model_dump() for e in graph.linker().link(mention, cfg.constraint_anchors)]
 
     constraints, ungrounded = ground(spec, schema, link, cfg.constraint_anchors, anchors)
+    if report["source"] == "plan" and state.get("seeds"):
+        # a constraint none of the planner's seeds satisfies is not what the plan found: the planner
+        # walked a longer path from that entity (e.g. the films of the director of the films of X)
+        keys = [str(s["key"]) for s in state.get("seeds") or []]
+        implied = [c for c in constraints if c.kind != "triplet" or satisfied_by_any(graph.bundle.skb, keys, c)]
+        report["not_implied"] = [c.text for c in constraints if all(c is not i for i in implied)]
+        constraints = implied
     result = run_constraints(
         graph.bundle,
         spec.target_type,
@@ -118,7 +125,11 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         max_rows=cfg.cypher_max_rows,
     ) if constraints else None
     if result is None:
-        report.update(target_type=spec.target_type, ungrounded=ungrounded, skipped="no constraint could be grounded")
+        report.update(
+            target_type=spec.target_type,
+            ungrounded=ungrounded,
+            skipped="no constraint left: none grounded, or none implied by the planner's seeds",
+        )
         update.update(constraint_report=report, timings_ms={"constraints": _elapsed_ms(start)})
         return update
     result.ungrounded = ungrounded

@@ -283,3 +283,18 @@ def test_offline_constraints_follow_the_planner_answer_type(recipes: IndexBundle
                  config=AgentConfig(policy="never", k=3, constraints=True, planner="offline"))
     assert result.constraints is not None and "skipped" in result.constraints
     assert result.context[0].key == "C:Italian"
+
+
+def test_offline_constraints_not_implied_by_the_plan_are_dropped(recipes: IndexBundle) -> None:
+    """The planner answers with recipes none of which uses the linked ingredient (it walked another
+    path): the one-hop constraint is not what the plan found, so it is reported and not joined;
+    with a seed that does use it, the constraint stays and the join runs."""
+    cfg = AgentConfig(policy="never", k=3, constraints=True)
+    model = ScriptedChatModel([finish(["R4", "R5"])])  # Chicken Soup, Carrot Cake: no garlic
+    result = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg)
+    report = result.constraints
+    assert report is not None and report["not_implied"] == ['(Recipe)-[USES]->"garlic"']
+    assert "none implied" in report["skipped"] and [i.key for i in result.context][:2] == ["R4", "R5"]
+    model = ScriptedChatModel([finish(["R4", "R2"])])  # Garlic Bread uses garlic
+    kept = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg).constraints
+    assert kept is not None and kept["not_implied"] == [] and kept["relaxations"][0]["found"] == 4
