@@ -247,16 +247,27 @@ def tool_spec(schema: type[BaseModel], tool_name: str, description: str) -> dict
 
 
 def compact_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema without titles (they cost prompt tokens and say nothing new)."""
+    """The model's JSON schema, self-contained and small: ``$ref``s to ``$defs`` inlined (llama.cpp's
+    grammar converter cannot resolve them inside a tool schema: HTTP 500 "Error resolving ref") and
+    titles dropped (they cost prompt tokens and say nothing new). Recursive models are not supported."""
+    full = schema.model_json_schema()
+    defs: dict[str, Any] = full.pop("$defs", {})
 
-    def strip(node: Any) -> Any:
+    def strip(node: Any, depth: int = 0) -> Any:
+        if depth > 32:
+            raise ValueError(f"schema of {schema.__name__} is recursive; structured output needs a finite schema")
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if k != "title" or not isinstance(v, str)}
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = strip(defs[ref.rsplit("/", 1)[-1]], depth + 1)
+                extra = {k: strip(v, depth + 1) for k, v in node.items() if k != "$ref" and k != "title"}
+                return {**target, **extra}
+            return {k: strip(v, depth + 1) for k, v in node.items() if k != "title" or not isinstance(v, str)}
         if isinstance(node, list):
-            return [strip(v) for v in node]
+            return [strip(v, depth + 1) for v in node]
         return node
 
-    return dict(strip(schema.model_json_schema()))
+    return dict(strip(full))
 
 
 def structured_call(

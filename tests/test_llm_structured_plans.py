@@ -335,3 +335,16 @@ def test_a_partial_plan_is_completed_from_the_heuristic_plan(hpo_bundle: Any) ->
     assert result.plan is not None and result.plan["completed"] == ["relation_paths"]
     assert result.target_type == "Disease" and ["<-[HAS_PHENOTYPE]-Disease"] in result.relation_paths
     assert result.context[0].key == APERT_KEY and result.llm_calls == 1
+
+
+def test_the_tool_schema_is_self_contained() -> None:
+    """llama.cpp's grammar converter cannot resolve ``$ref`` inside a tool schema (HTTP 500 "Error resolving
+    ref" on the first real run): nested models are inlined, titles dropped."""
+    from agent.structured import compact_schema, tool_spec
+
+    schema = compact_schema(PlanOnceSpec)
+    text = json.dumps(schema)
+    assert "$ref" not in text and "$defs" not in text and '"title"' not in text
+    hop = schema["properties"]["relation_paths"]["items"]["items"]
+    assert hop["required"] == ["rel", "to_label"] and hop["properties"]["direction"]["enum"] == ["out", "in"]
+    assert tool_spec(PlanOnceSpec, PLAN_TOOL, "x")["function"]["parameters"] == schema
