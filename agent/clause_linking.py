@@ -49,13 +49,14 @@ def clause_spans(text: str) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class ClauseSettings:
-    """Clause-linking thresholds (values come from ``AgentConfig``; see its field descriptions)."""
+    """Clause-linking thresholds; ``AgentConfig.clause_settings()`` fills them from its fields (the defaults
+    live there; these mirror them for direct callers, and a test keeps the two equal)."""
 
     candidates: int = 5
     min_similarity: float = 0.45
-    margin: float = 0.1
-    min_tokens: int = 4
-    max_exact_coverage: float = 0.5
+    margin: float = 0.05
+    min_tokens: int = 3
+    max_exact_coverage: float = 0.75
     confidence_power: float = 1.0
 
 

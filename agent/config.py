@@ -138,13 +138,13 @@ class AgentConfig(BaseModel):
         default=0.45, ge=0.0, le=1.0, description="cosine below which a clause candidate is dropped"
     )
     clause_margin: float = Field(
-        default=0.1, ge=0.0, le=1.0, description="candidates kept within this cosine of the clause's best one"
+        default=0.05, ge=0.0, le=1.0, description="candidates kept within this cosine of the clause's best one"
     )
     clause_min_tokens: int = Field(
-        default=4, ge=1, le=50, description="content words a clause needs to count as a description"
+        default=3, ge=1, le=50, description="content words a clause needs to count as a description"
     )
     clause_max_exact_coverage: float = Field(
-        default=0.5, ge=0.0, le=1.0,
+        default=0.75, ge=0.0, le=1.0,
         description="a clause whose content words are named exactly above this share is a list of names, not a description",
     )
     frequency_mix: float | None = Field(

@@ -249,3 +249,8 @@ def test_agent_config_scoring_overrides_reach_the_ranking() -> None:
     # with the profile's size penalty (0.5 x log(1 + |annotations|)) I4's second annotation costs it
     default = dict(rank_targets(skb, "Item", linked, [], ["I1", "I2", "I3", "I4"]))
     assert default["I4"] - default["I1"] < ranked["I4"] - ranked["I1"]
+
+
+def test_clause_settings_defaults_live_in_agent_config() -> None:
+    assert AgentConfig().clause_settings() == ClauseSettings()
+    assert AgentConfig(clause_linking=False).clause_settings() is None
