@@ -193,3 +193,20 @@ def test_pool_merge_copies_on_write_and_leaves_the_previous_state_alone() -> Non
     assert pool["D:0"] is not previous["D:0"] and pool["D:1"] is previous["D:1"]  # untouched entries shared
     assert pool["D:0"]["support"] == frozen["D:0"]["support"] + 2 + 1
     assert len(pool["D:0"]["provenance"]) == 2
+
+
+@pytest.mark.parametrize("budget", [20, 120, 400, 5000])
+def test_model_text_is_exactly_the_compact_json_of_what_it_shows(budget: int) -> None:
+    """The items' JSON is spliced into the text, not encoded twice: the text must still be byte for
+    byte the compact JSON of the object it parses to (item order, omitted and note last)."""
+    results: list[Any] = [
+        hood(40, ["HAS_PHENOTYPE"]),
+        hood(0),
+        Rows(provenance=PROV, columns=["a", "b"], rows=[[i, f"n\u00e9 {i}"] for i in range(60)], truncated=True),
+        Finish(provenance=PROV, keys=[f"K{i}" for i in range(30)], confidence=0.5),
+    ]
+    for result in results:
+        text = result.model_text(budget)
+        parsed = json.loads(text)
+        assert text == json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+        assert list(parsed)[-2:] == ["omitted", "note"] or "omitted" not in parsed

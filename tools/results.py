@@ -66,21 +66,23 @@ def _fit_json(
     limit = max(1, budget_tokens) * CHARS_PER_TOKEN
     head = _shrink(head, limit // 8)
     count = total if total is not None else len(items)  # type: ignore[arg-type]
-    base = len(_compact({**head, field: []}))
+    empty = _compact({**head, field: []})  # ...,"<field>":[]}
     reserve = 40 + len(narrow_hint) + len(_compact(count))
-    used = base
-    kept: list[Any] = []
+    used = len(empty)
+    kept: list[str] = []
     for item in items:
-        size = len(_compact(item)) + 1
-        if used + size > limit - reserve:
+        text = _compact(item)
+        if used + len(text) + 1 > limit - reserve:
             break
-        kept.append(item)
-        used += size
-    out = {**head, field: kept}
+        kept.append(text)
+        used += len(text) + 1
+    # the items' JSON, measured above, is spliced in rather than encoded a second time
+    parts = [empty[:-2], ",".join(kept), "]"]
     if len(kept) < count:
-        out["omitted"] = count - len(kept)
-        out["note"] = f"token budget {budget_tokens}: {narrow_hint}"
-    return _compact(out)
+        tail = {"omitted": count - len(kept), "note": f"token budget {budget_tokens}: {narrow_hint}"}
+        parts.append("," + _compact(tail)[1:-1])
+    parts.append("}")
+    return "".join(parts)
 
 
 def _shrink(value: Any, chars: int) -> Any:

@@ -12,6 +12,7 @@ product over the node vectors) and then cut to ``limit``. Raw triples come only 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -43,6 +44,7 @@ from tools.results import (
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
+    from graphs.model import Node
 
 NAME = "search_nodes"
 DESCRIPTION = (
@@ -127,10 +129,12 @@ def make_search_nodes(
                 )
         return sorted(merged.values(), key=lambda n: (-n.paths, n.key))
 
-    def neighbor(row: NeighborAggregate, target_label: str | None, score: float | None) -> Neighbor:
+    def neighbor(
+        nodes: Mapping[str, Node], row: NeighborAggregate, target_label: str | None, score: float | None
+    ) -> Neighbor:
         """The typed result row (validated: pydantic's core validates a row faster than model_construct
         copies one, and only the rows a call returns are built)."""
-        node = bundle.skb.nodes.get(row.key)
+        node = nodes.get(row.key)
         return Neighbor(
             key=row.key,
             label=node.label if node is not None else (target_label or ""),
@@ -219,7 +223,8 @@ def make_search_nodes(
         if len(rows) > limit:
             rows, scores = rows[:limit], scores[:limit]
             truncated = True
-        neighbors = [neighbor(row, target_label, score) for row, score in zip(rows, scores, strict=True)]
+        nodes = bundle.skb.nodes
+        neighbors = [neighbor(nodes, row, target_label, score) for row, score in zip(rows, scores, strict=True)]
         result = Neighborhood(
             provenance=ToolProvenance(tool=NAME, step=step, query=query[:500]),
             keys=known,
