@@ -164,3 +164,45 @@ def test_eval_methods_switch_the_stages_on(hpo_bundle: Any) -> None:
         make_method("agent+rerank:listwise", hpo_bundle, rerank="pairwise")
     ranked = constraints.retrieve("Which disease has craniosynostosis and brachyturricephaly?").ranked
     assert ranked and ranked[0][0].startswith(("OMIM:", "ORPHA:"))
+
+
+def test_plan_once_constraints_and_listwise_over_http(openai_stub: Any, hpo_bundle: Any) -> None:
+    """The real OpenAI client against the HTTP stub: plan-once (1 call), the constraint extraction as a
+    forced submit_constraints call, then one listwise call; each stage's calls and tokens counted."""
+    import json
+
+    from tests.openai_stub import completion
+
+    plan = {"target_type": "Disease", "relation_paths": [[{"rel": "HAS_PHENOTYPE", "direction": "in",
+                                                             "to_label": "Disease"}]],
+            "sources": [], "search_text": "craniosynostosis syndactyly"}
+    constraints = {"target_type": "Disease", "triplets": [
+        {"entity": "craniosynostosis", "relation": "HAS_PHENOTYPE", "direction": "out", "confidence": 0.9},
+        {"entity": "cutaneous syndactyly of toes", "relation": "HAS_PHENOTYPE", "direction": "out",
+         "confidence": 0.8}]}
+
+    def reverse(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        numbers = [int(n) for n in __import__("re").findall(r"^\[(\d+)\]", body["messages"][-1]["content"], 8)]
+        return completion(calls=[("order_candidates", json.dumps({"order": list(reversed(numbers))}))], tokens=300)
+
+    openai_stub.replies = [
+        completion(calls=[("submit_plan", json.dumps(plan))], tokens=400),
+        completion(calls=[("submit_constraints", json.dumps(constraints))], tokens=250),
+        reverse,
+    ]
+    cfg = AgentConfig(planner="openai", planner_mode="plan-once", model="stub", base_url=openai_stub.url,
+                      policy="never", k=4, rerank_top=3, constraints=True, rerank="listwise",
+                      llm_backoff_initial_s=0.01)
+    result = ask("Which disease has craniosynostosis and cutaneous syndactyly of toes?", bundle=hpo_bundle,
+                 config=cfg)
+    assert len(openai_stub.requests) == 3, (result.plan, result.degraded)
+    tools = [r["body"].get("tool_choice") for r in openai_stub.requests]
+    assert [t["function"]["name"] for t in tools] == ["submit_plan", "submit_constraints", "order_candidates"]
+    assert result.constraints is not None and result.constraints["source"] == "llm"
+    assert result.constraints["extraction"]["valid_first_try"]
+    usage = result.usage_by_stage
+    assert (usage["plan"].prompt_tokens, usage["constraints"].prompt_tokens, usage["rerank"].prompt_tokens) == (
+        400, 250, 300)
+    assert result.rerank is not None and result.rerank["calls"] == 1
+    order = result.rerank["order"]
+    assert [i.key for i in result.context[:3]] == order and len(order) == 3

@@ -1,0 +1,152 @@
+"""Measure the constraint and rerank stages with a real model, per question and per stage.
+
+Why beside ``evals.llm_plan_once``: the same question picks and plan-once settings, but each row keeps
+what the generic eval ``Retrieval`` drops -- the constraint extraction (valid first try? repaired?),
+the relaxation steps, the rerank outcome (calls, order changed, notes) and LLM calls / prompt tokens /
+time per stage -- next to the offline planner with constraints from its plan on the same questions.
+The model is whatever OPENAI_BASE_URL / OPENAI_API_KEY point at (a measuring instrument only)::
+
+    python -m evals.llm_stages --bench FILE.csv --index-dir .skb/hpo --n 10 --model local \
+        --out evals/reports/llm-stages/hpo [--stratify target_type] [--set rerank_top=5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent import AgentConfig, ask
+from evals.bench import Question, load_bench
+from evals.llm_plan_once import config_for, pick
+from graphs.bundle import IndexBundle
+
+METHODS = ("plan-once", "offline")
+STAGES = ("plan", "act", "constraints", "rerank")
+
+
+def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    result = ask(question.query, bundle=bundle, config=cfg)
+    wall = time.perf_counter() - started
+    keys = [c.key for c in result.context]
+    answers = set(question.answer_ids)
+    constraints = result.constraints or {}
+    extraction = constraints.get("extraction") or {}
+    rerank = result.rerank or {}
+    return {
+        "id": question.id,
+        "method": method,
+        "query": question.query,
+        "answers": list(question.answer_ids),
+        "top": keys[0] if keys else None,
+        "hit1": bool(keys) and keys[0] in answers,
+        "hit5": bool(set(keys[:5]) & answers),
+        "wall_s": round(wall, 2),
+        "llm_calls": result.llm_calls,
+        "prompt_tokens": result.prompt_tokens,
+        "usage": {k: v.model_dump() for k, v in result.usage_by_stage.items()},
+        "ms": {k: result.timings_ms.get(k) for k in (*STAGES, "total") if k in result.timings_ms},
+        "constraints": {
+            "source": constraints.get("source"),
+            "valid_first_try": extraction.get("valid_first_try"),
+            "valid": extraction.get("valid"),
+            "repaired": extraction.get("repaired"),
+            "n": len(constraints.get("constraints") or []),
+            "relaxations": max(0, len(constraints.get("relaxations") or []) - 1),
+            "front": constraints.get("front"),
+            "skipped": constraints.get("skipped"),
+        },
+        "rerank": {k: rerank.get(k) for k in ("mode", "calls", "changed", "notes")},
+        "plan_valid": (result.plan or {}).get("valid"),
+        "stopped_by_budget": result.stopped_by_budget,
+        "degraded": result.degraded,
+    }
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for method in METHODS:
+        mine = [r for r in rows if r["method"] == method]
+        if not mine:
+            continue
+        n = len(mine)
+        llm = [r["constraints"] for r in mine if r["constraints"]["source"] == "llm" or r["constraints"]["valid"]
+               is not None]
+        per_stage = {
+            stage: {
+                "calls_mean": statistics.fmean(r["usage"].get(stage, {}).get("llm_calls", 0) for r in mine),
+                "prompt_tokens_mean": statistics.fmean(r["usage"].get(stage, {}).get("prompt_tokens", 0) for r in mine),
+                "ms_mean": statistics.fmean(float(r["ms"].get(stage) or 0.0) for r in mine),
+            }
+            for stage in STAGES
+        }
+        out[method] = {
+            "n": n,
+            "hit1": sum(1 for r in mine if r["hit1"]) / n,
+            "hit5": sum(1 for r in mine if r["hit5"]) / n,
+            "llm_calls_mean": statistics.fmean(r["llm_calls"] for r in mine),
+            "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
+            "prompt_tokens_max": max(r["prompt_tokens"] for r in mine),
+            "wall_s_mean": statistics.fmean(r["wall_s"] for r in mine),
+            "wall_s_max": max(r["wall_s"] for r in mine),
+            "constraints_asked": len(llm),
+            "constraints_valid_first_try": sum(1 for c in llm if c["valid_first_try"]),
+            "constraints_valid_after_repair": sum(1 for c in llm if c["valid"]),
+            "constraints_used": sum(1 for r in mine if r["constraints"]["n"]),
+            "relaxations_mean": statistics.fmean(r["constraints"]["relaxations"] for r in mine),
+            "rerank_changed": sum(1 for r in mine if r["rerank"].get("changed")),
+            "rerank_with_notes": sum(1 for r in mine if r["rerank"].get("notes")),
+            "budget_stops": sum(1 for r in mine if r["stopped_by_budget"]),
+            "per_stage": per_stage,
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bench", type=Path, required=True)
+    parser.add_argument("--index-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--n", type=int, default=10)
+    parser.add_argument("--stratify", default=None)
+    parser.add_argument("--model", default=os.environ.get("SKB_OPENAI_MODEL", "local"))
+    parser.add_argument("--method", action="append", choices=METHODS, help="default: both")
+    parser.add_argument("--set", action="append", default=[], help="AgentConfig KEY=JSON for both methods")
+    args = parser.parse_args(argv)
+    overrides: dict[str, Any] = {"constraints": True, "rerank": "listwise"}
+    overrides.update({k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)})
+    questions = pick(load_bench(args.bench), args.n, args.stratify)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows_path = args.out / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
+    done = {(r["id"], r["method"]) for r in rows}
+    with IndexBundle.open(args.index_dir) as bundle, rows_path.open("a") as sink:
+        for method in args.method or list(METHODS):
+            # the offline planner has no model to rerank with: the stage would only note that
+            cfg = config_for(method, args.model, {**overrides, "rerank": "none"} if method == "offline" else overrides)
+            for q in questions:
+                if (q.id, method) in done:
+                    continue
+                row = run_one(bundle, q, cfg, method)
+                rows.append(row)
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+                print(f"[{method}] {q.id}: hit1={row['hit1']} calls={row['llm_calls']} prompt={row['prompt_tokens']} "
+                      f"wall={row['wall_s']}s constraints={row['constraints']} rerank={row['rerank']}",
+                      file=sys.stderr, flush=True)
+    summary = {"bench": str(args.bench), "index_dir": str(args.index_dir), "n": len(questions), "model": args.model,
+               "overrides": overrides, "methods": summarize(rows)}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
