@@ -46,7 +46,8 @@ class AgentConfig(BaseModel):
         default=False,
         description="AF-Retriever stage: extract triplet constraints (entity, relation, attribute conditions) from "
         "the question, ground the entities with the linker, join the node sets in read-only Cypher and relax the "
-        "least confident constraint while fewer than k candidates survive (offline planner: from the heuristic plan)",
+        "least confident constraint while fewer than k candidates survive (without an LLM: from the plan -- linked "
+        "entities one hop from the planner's answer type that one of its seeds satisfies, at least two)",
     )
     constraint_anchors: int = Field(
         default=5, ge=1, le=100, description="linked nodes kept per constraint entity (its anchor set)"

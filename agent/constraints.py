@@ -11,8 +11,10 @@ order, and every candidate says which constraints it satisfied.
 Pipeline:
 1. *extract*: the model returns ``ConstraintSpec`` through structured output (a forced tool call,
    validated against the graph schema, one repair round quoting the errors -- ``agent.structured``);
-   the offline planner derives the same spec from its plan (linked entities + one-hop relations
-   between their label and the target type), so the stage also runs without an LLM;
+   without an LLM the same spec comes from the plan (linked entities + one-hop relations between
+   their label and the label of the planner's best seed); the graph node keeps such a constraint only
+   if one of the planner's seeds satisfies it (else the planner walked a longer path from that
+   entity) and joins only when at least two remain (one constraint is the planner's own neighbourhood);
 2. *ground*: each triplet's entity mention is linked to nodes by the entity linker (its anchor
    set, at most ``constraint_anchors`` keys, preferring labels the relation can reach);
 3. *join*: one read-only Cypher query per constraint set through the store's guarded query path:

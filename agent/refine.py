@@ -116,6 +116,11 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         implied = [c for c in constraints if c.kind != "triplet" or satisfied_by_any(graph.bundle.skb, keys, c)]
         report["not_implied"] = [c.text for c in constraints if all(c is not i for i in implied)]
         constraints = implied
+        if len(constraints) < 2:
+            # one constraint from the plan joins the planner's own one-hop neighbourhood of one entity:
+            # nothing to intersect, and on a multi-hop question it is the wrong neighbourhood
+            report["single"] = [c.text for c in constraints]
+            constraints = []
     result = run_constraints(
         graph.bundle,
         spec.target_type,
@@ -128,7 +133,8 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         report.update(
             target_type=spec.target_type,
             ungrounded=ungrounded,
-            skipped="no constraint left: none grounded, or none implied by the planner's seeds",
+            skipped="fewer than two constraints from the plan (ungrounded, not implied by the planner's seeds, or the "
+            "question names one entity)" if report["source"] == "plan" else "no constraint could be grounded",
         )
         update.update(constraint_report=report, timings_ms={"constraints": _elapsed_ms(start)})
         return update

@@ -286,15 +286,22 @@ def test_offline_constraints_follow_the_planner_answer_type(recipes: IndexBundle
 
 
 def test_offline_constraints_not_implied_by_the_plan_are_dropped(recipes: IndexBundle) -> None:
-    """The planner answers with recipes none of which uses the linked ingredient (it walked another
-    path): the one-hop constraint is not what the plan found, so it is reported and not joined;
-    with a seed that does use it, the constraint stays and the join runs."""
+    """The planner answers with recipes none of which uses the linked ingredients (it walked another
+    path): the one-hop constraints are not what the plan found, so they are reported and not joined;
+    with a seed that uses both, they stay and the join runs; a single constraint from the plan (one
+    entity) is not joined either: nothing to intersect."""
     cfg = AgentConfig(policy="never", k=3, constraints=True)
-    model = ScriptedChatModel([finish(["R4", "R5"])])  # Chicken Soup, Carrot Cake: no garlic
-    result = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg)
+    question = "Which recipes use garlic and lemon?"
+    model = ScriptedChatModel([finish(["R4", "R5"])])  # Chicken Soup, Carrot Cake: neither
+    result = ask(question, bundle=recipes, chat_model=model, config=cfg)
     report = result.constraints
-    assert report is not None and report["not_implied"] == ['(Recipe)-[USES]->"garlic"']
-    assert "none implied" in report["skipped"] and [i.key for i in result.context][:2] == ["R4", "R5"]
-    model = ScriptedChatModel([finish(["R4", "R2"])])  # Garlic Bread uses garlic
-    kept = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg).constraints
-    assert kept is not None and kept["not_implied"] == [] and kept["relaxations"][0]["found"] == 4
+    assert report is not None and report["not_implied"] == ['(Recipe)-[USES]->"garlic"', '(Recipe)-[USES]->"lemon"']
+    assert "fewer than two" in report["skipped"] and [i.key for i in result.context][:2] == ["R4", "R5"]
+    model = ScriptedChatModel([finish(["R4", "R1"])])  # Lemon Pasta uses both
+    kept = ask(question, bundle=recipes, chat_model=model, config=cfg)
+    assert kept.constraints is not None and kept.constraints["not_implied"] == []
+    assert kept.constraints["relaxations"][0]["found"] == 2  # Lemon Pasta, Lemon Chicken
+    assert [i.key for i in kept.context][:2] == ["R1", "R3"]
+    model = ScriptedChatModel([finish(["R2"])])
+    single = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg).constraints
+    assert single is not None and single["single"] == ['(Recipe)-[USES]->"garlic"'] and "skipped" in single
