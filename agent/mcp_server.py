@@ -59,7 +59,8 @@ INSTRUCTIONS = (
 
 
 def _payload_of(tool: BaseTool, output: Any) -> dict[str, Any] | None:
-    """The JSON object a tool returned: tools answer with JSON text (and the same dict as artifact)."""
+    """The structured content of a tool's output: the typed result's dump for the retrieval tools
+    (see ``_invoke``), the object itself or its JSON text for any other tool (``ask``)."""
     if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict):
         return output[1]
     if isinstance(output, dict):
@@ -108,7 +109,7 @@ def build_server(toolkit: SKBToolkit) -> Server[Any]:
             log.exception("tool %s failed", tool.name)
             return _error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
         payload = _payload_of(tool, output)
-        is_error = bool(payload and isinstance(payload.get("error"), dict))
+        is_error = bool(payload and (payload.get("kind") == "error" or isinstance(payload.get("error"), dict)))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=_text_of(output))],
             structured_content=payload,

@@ -144,8 +144,9 @@ def test_row_cap_list_cap_and_byte_cap(hpo_bundle: Any) -> None:
     from tools.cypher import MAX_CELL_ITEMS, MAX_RESULT_BYTES
 
     cypher = {t.name: t for t in make_tools(hpo_bundle, cypher_max_rows=1000)}["cypher"]
-    out = json.loads(cypher.invoke({"query": "UNWIND range(1, 5000) AS x RETURN x", "max_rows": 5000}))
-    assert len(out["rows"]) == 1000 and out["truncated"]
+    call = {"type": "tool_call", "id": "c", "name": "cypher"}
+    rows = cypher.invoke({**call, "args": {"query": "UNWIND range(1, 5000) AS x RETURN x", "max_rows": 5000}}).artifact
+    assert len(rows.rows) == 1000 and rows.truncated  # the artifact holds the capped rows, the text what fits
     out = json.loads(cypher.invoke({"query": "RETURN range(1, 100000) AS r"}))
     assert len(out["rows"][0][0]) == MAX_CELL_ITEMS + 1 and "more items" in out["rows"][0][0][-1]
     out = json.loads(

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from agent.mcp_server import build_server
 from graphs.store.cypher_guard import ParameterValueError, QueryTooComplexError
 from tools.cypher import make_cypher
+from tools.results import Rows, ToolError, estimate_tokens
 from tools.toolkit import SKBToolkit
 
 pytestmark = pytest.mark.integration
@@ -45,7 +46,44 @@ def test_parameterised_query_returns_rows(cypher: BaseTool) -> None:
     assert out["columns"] == ["key", "n"]
     assert out["rows"][0] == ["OMIM:101200", 3]
     assert out["truncated"] is False
-    assert out["provenance"]["tool"] == "cypher" and out["provenance"]["step"] == 2
+
+
+def test_the_artifact_is_typed_rows_and_errors_are_tool_errors(cypher: BaseTool) -> None:
+    """Like every other tool: a Rows model (with its provenance and whether typed edges were matched)
+    for code, its budgeted text for the model; failures are ToolError, not ad-hoc dicts."""
+    query = "MATCH (d:Disease)-[:HAS_PHENOTYPE]->(p:Phenotype {key: $k}) RETURN d.key AS key ORDER BY key LIMIT 3"
+    message = cypher.invoke(
+        {"type": "tool_call", "id": "c1", "name": "cypher", "args": {"query": query, "params": {"k": "HP:0000520"}}}
+    )
+    rows = message.artifact
+    assert isinstance(rows, Rows) and rows.columns == ["key"] and len(rows.rows) == 3
+    assert (rows.provenance.tool, rows.typed_edges, rows.explicit_edges) == ("cypher", True, True)
+    assert json.loads(str(message.content)) == {"columns": ["key"], "truncated": False, "rows": rows.rows}
+    untyped = cypher.invoke(
+        {"type": "tool_call", "id": "c2", "name": "cypher", "args": {"query": "MATCH (d:Disease) RETURN d.key LIMIT 1"}}
+    ).artifact
+    assert isinstance(untyped, Rows) and untyped.typed_edges is False
+    failed = cypher.invoke(
+        {"type": "tool_call", "id": "c3", "name": "cypher", "args": {"query": "MATCH (d:Diseases) RETURN d.key"}}
+    ).artifact
+    assert isinstance(failed, ToolError) and failed.error.type == "unknown_schema"
+    assert failed.provenance.tool == "cypher"
+
+
+def test_text_within_the_budget_says_what_it_left_out(hpo_bundle: Any) -> None:
+    tool = make_cypher(hpo_bundle, max_rows_cap=500, budget_tokens=100)
+    message = tool.invoke(
+        {
+            "type": "tool_call",
+            "id": "c1",
+            "name": "cypher",
+            "args": {"query": "UNWIND range(1, 500) AS x RETURN x", "max_rows": 500},
+        }
+    )
+    text = str(message.content)
+    assert estimate_tokens(text) <= 100 and len(message.artifact.rows) == 500
+    shown = json.loads(text)
+    assert shown["omitted"] == 500 - len(shown["rows"]) and "LIMIT" in shown["note"]
 
 
 def test_rows_are_capped_and_long_text_cut(cypher: BaseTool) -> None:

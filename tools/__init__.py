@@ -38,7 +38,7 @@ def make_tools(
     return [
         make_semantic_search(bundle, budget_tokens=budget_tokens),
         make_search_nodes(bundle, question_getter, budget_tokens=budget_tokens, weight_property=weight_property),
-        make_cypher(bundle, timeout_ms=cypher_timeout_ms, max_rows_cap=cypher_max_rows),
+        make_cypher(bundle, timeout_ms=cypher_timeout_ms, max_rows_cap=cypher_max_rows, budget_tokens=budget_tokens),
         make_finish(bundle, budget_tokens=budget_tokens),
     ]
 

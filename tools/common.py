@@ -1,4 +1,4 @@
-"""Shared plumbing for the retrieval tools: argument injection, provenance, output shape, schema cache.
+"""Shared plumbing for the retrieval tools: argument injection, the tool class, query vectors, node texts, schema cache.
 
 Why injected arguments: the agent knows the step number and the question, the model does not
 and must not be asked for them. ``InjectedToolArg`` hides them from the schema the model sees
@@ -7,7 +7,6 @@ while letting the agent (or a direct caller) pass them, so tools stay stateless 
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
 from collections import OrderedDict
@@ -54,23 +53,6 @@ class SKBTool(StructuredTool):
 def truncate(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def provenance(tool: str, step: int, query: str) -> dict[str, Any]:
-    """The provenance record attached to a tool result; it applies to every node the result names."""
-    return {"tool": tool, "step": step, "query": truncate(query, 500)}
-
-
-def tool_output(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(content, artifact) for ``response_format='content_and_artifact'``: JSON text and the same dict."""
-    return clean_text(json.dumps(payload, ensure_ascii=False, default=str)), payload
-
-
-def error_payload(tool: str, step: int, query: str, type_: str, message: str, hint: str) -> dict[str, Any]:
-    return {
-        "error": {"type": type_, "message": message, "hint": hint},
-        "provenance": provenance(tool, step, query),
-    }
 
 
 def node_label_name(bundle: IndexBundle, key: str) -> tuple[str, str]:

@@ -36,7 +36,16 @@ from graphs.store.cypher_guard import (
     check_resources,
 )
 from graphs.text_safety import clean_text
-from tools.common import InjectedArgs, SKBTool, error_payload, provenance, schema_of, tool_output, truncate
+from tools.common import InjectedArgs, SKBTool, schema_of, truncate
+from tools.results import (
+    DEFAULT_BUDGET_TOKENS,
+    Rows,
+    ToolError,
+    ToolProvenance,
+    names_relationship_types,
+    tool_error,
+    tool_output,
+)
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -45,7 +54,8 @@ NAME = "cypher"
 DESCRIPTION = (
     "Run a read-only Cypher query against the graph (MATCH/OPTIONAL MATCH/WHERE/WITH/RETURN/ORDER BY/LIMIT). "
     "Every node has properties `key` and `name`. Pass values as $parameters in `params`. "
-    'Returns {"columns": [...], "rows": [[...]], "truncated": bool} or {"error": {"type","message","hint"}}.'
+    'Returns {"columns": [...], "truncated": bool, "rows": [[...]]} (rows past the token budget are counted in '
+    '"omitted") or {"error": {"type","message","hint"}}.'
 )
 MAX_CELL_CHARS = 200
 #: Longest list a cell may hold in the output (``collect()`` over a whole label would be huge).
@@ -56,6 +66,8 @@ MAX_CELL_DEPTH = 6
 MAX_RESULT_BYTES = 64_000
 #: Byte cap on the JSON of ``params`` (values are data; a megabyte of them is a mistake or an attack).
 MAX_PARAMS_BYTES = 20_000
+READ_ONLY_HINT = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
+PARAMS_HINT = "pass strings, finite numbers within 64 bits, booleans, null, lists and maps as params"
 TOO_COMPLEX_HINT = (
     f"keep expressions shallow (at most {MAX_EXPRESSION_DEPTH} nested brackets/CASE/prefix operators), bound "
     f"range() by literals or $parameters (at most {MAX_RANGE_ELEMENTS} elements), grow reduce() accumulators "
@@ -162,73 +174,82 @@ def schema_hint(schema: GraphSchema, max_props: int = 12) -> str:
     )
 
 
-def make_cypher(bundle: IndexBundle, *, timeout_ms: int = 5000, max_rows_cap: int = 1000) -> BaseTool:
+def make_cypher(
+    bundle: IndexBundle,
+    *,
+    timeout_ms: int = 5000,
+    max_rows_cap: int = 1000,
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+) -> BaseTool:
+    """The cypher tool: typed ``Rows`` (or a ``ToolError`` naming what to fix) as the artifact, their
+    compact text within ``budget_tokens`` as the content."""
+
     def run(
         query: str,
         params: dict[str, Any] | None = None,
         max_rows: int = 50,
         step: int = 0,
         question: str | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, Rows | ToolError]:
         schema = schema_of(bundle)
         max_rows = min(max_rows, max_rows_cap)
+
+        def fail(type_: str, exc: Exception, hint: str) -> tuple[str, Rows | ToolError]:
+            error = tool_error(NAME, step, query, type_, str(exc), hint)
+            return tool_output(error, budget_tokens)[0], error
+
         try:
             check_read_only(query)  # before anything else: a write is refused as such, whatever it names
         except ReadOnlyViolationError as exc:
-            hint = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
-            return tool_output(error_payload(NAME, step, query, "read_only_violation", str(exc), hint))
+            return fail("read_only_violation", exc, READ_ONLY_HINT)
         except CypherValidationError as exc:  # unterminated string, comment or quoted name
-            hint = "fix the Cypher syntax; " + schema_hint(schema)
-            return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
+            return fail("syntax", exc, "fix the Cypher syntax; " + schema_hint(schema))
         try:  # direct calls skip the args schema: the same value checks as CypherArgs
             check_params(params)
         except ParameterValueError as exc:
-            hint = "pass strings, finite numbers within 64 bits, booleans, null, lists and maps as params"
-            return tool_output(error_payload(NAME, step, query, "invalid_params", str(exc), hint))
+            return fail("invalid_params", exc, PARAMS_HINT)
         try:  # before the server parses it: parse time and list/string growth escape the server's limits
             check_resources(query, params)
         except QueryTooComplexError as exc:
-            hint = TOO_COMPLEX_HINT
-            return tool_output(error_payload(NAME, step, query, "too_complex", str(exc), hint))
+            return fail("too_complex", exc, TOO_COMPLEX_HINT)
         try:
             check_against_schema(query, schema)
         except CypherValidationError as exc:
-            return tool_output(error_payload(NAME, step, query, "unknown_schema", str(exc), schema_hint(schema)))
+            return fail("unknown_schema", exc, schema_hint(schema))
         try:
             result = bundle.store.query(query, params or {}, timeout_ms=timeout_ms, max_rows=max_rows)
         except ReadOnlyViolationError as exc:
-            hint = "only read clauses are allowed: MATCH, OPTIONAL MATCH, WHERE, WITH, RETURN, ORDER BY, LIMIT"
-            return tool_output(error_payload(NAME, step, query, "read_only_violation", str(exc), hint))
+            return fail("read_only_violation", exc, READ_ONLY_HINT)
         except QueryTooComplexError as exc:
-            return tool_output(error_payload(NAME, step, query, "too_complex", str(exc), TOO_COMPLEX_HINT))
+            return fail("too_complex", exc, TOO_COMPLEX_HINT)
         except ParameterValueError as exc:
-            hint = "pass strings, finite numbers within 64 bits, booleans, null, lists and maps as params"
-            return tool_output(error_payload(NAME, step, query, "invalid_params", str(exc), hint))
+            return fail("invalid_params", exc, PARAMS_HINT)
         except CypherValidationError as exc:
-            hint = "fix the Cypher syntax; " + schema_hint(schema)
-            return tool_output(error_payload(NAME, step, query, "syntax", str(exc), hint))
+            return fail("syntax", exc, "fix the Cypher syntax; " + schema_hint(schema))
         except QueryTimeoutError as exc:
             hint = (
                 f"the query ran past {timeout_ms} ms; anchor it on node keys, add a LIMIT, avoid variable-length paths"
             )
-            return tool_output(error_payload(NAME, step, query, "timeout", str(exc), hint))
+            return fail("timeout", exc, hint)
         except TooManyRowsError as exc:
-            hint = f"add LIMIT {max_rows} or aggregate (count, collect) to return fewer rows"
-            return tool_output(error_payload(NAME, step, query, "too_many_rows", str(exc), hint))
+            return fail(
+                "too_many_rows", exc, f"add LIMIT {max_rows} or aggregate (count, collect) to return fewer rows"
+            )
         except StoreUnavailableError as exc:
             hint = "the graph store is restarted on the next call; retry once, or use semantic_search meanwhile"
-            return tool_output(error_payload(NAME, step, query, "store_unavailable", str(exc), hint))
+            return fail("store_unavailable", exc, hint)
         except (StoreError, SKBError) as exc:
-            hint = "check the query against the schema; " + schema_hint(schema)
-            return tool_output(error_payload(NAME, step, query, "store_error", str(exc), hint))
+            return fail("store_error", exc, "check the query against the schema; " + schema_hint(schema))
         rows, cut = cap_rows([[jsonable(cell) for cell in row] for row in result.rows[:max_rows]])
-        payload = {
-            "columns": list(result.columns),
-            "rows": rows,
-            "truncated": bool(result.truncated or len(result.rows) > max_rows or cut),
-            "provenance": provenance(NAME, step, query),
-        }
-        return tool_output(payload)
+        typed = Rows(
+            provenance=ToolProvenance(tool=NAME, step=step, query=truncate(query, 500)),
+            columns=[str(c) for c in result.columns],
+            rows=rows,
+            truncated=bool(result.truncated or len(result.rows) > max_rows or cut),
+            typed_edges=names_relationship_types(query),
+        )
+        text, _ = tool_output(typed, budget_tokens)
+        return text, typed
 
     return CypherTool.from_function(
         run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact"

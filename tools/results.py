@@ -349,7 +349,8 @@ def tool_error(tool: str, step: int, query: str, type_: str, message: str, hint:
 
 def parse_result(tool: str, value: Any) -> SemanticHits | Neighborhood | Rows | Finish | ToolError | None:
     """A typed result from whatever a tool handed back or a trace recorded: a model, its dict dump,
-    a legacy dict (tools that still answer with dicts), or JSON text. None when it is none of these."""
+    a legacy dict (traces recorded before every tool answered with a model), or JSON text. None when it
+    is none of these."""
     if isinstance(value, _Result):
         return value  # type: ignore[return-value]  # one of the union's members
     if isinstance(value, str):
