@@ -26,7 +26,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from agent.config import AgentConfig
 from agent.offline_planner import OfflinePlanner
-from agent.structured import bind_structured, structured_call, tool_spec
+from agent.structured import bind_structured, compact_schema, structured_call, tool_spec
 from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema
 from graphs.text_safety import quoted
@@ -448,6 +448,35 @@ def validate_plan(
     return errors
 
 
+def plan_parameters(
+    spec: type[PlanSpec], schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The plan tool's JSON schema narrowed to this graph: labels, relationship types and linked keys as
+    enums, path counts and lengths bounded. Servers that constrain tool arguments by grammar (llama.cpp,
+    vLLM) then cannot emit an unknown name at all; the others see the valid names in the schema. Validation
+    (chaining, directions, targets) still runs on the reply."""
+    params = compact_schema(spec)
+    props = params["properties"]
+    labels, rels = schema.label_names(), schema.relation_names()
+    if labels:
+        props["target_type"] = {**props["target_type"], "anyOf": [{"type": "string", "enum": labels}, {"type": "null"}]}
+    paths = props["relation_paths"]
+    paths["maxItems"] = MAX_PLAN_PATHS
+    hops = paths["items"]
+    hops.update({"minItems": 1, "maxItems": max_hops})
+    hop = hops["items"]["properties"]
+    if rels:
+        hop["rel"] = {**hop["rel"], "enum": rels}
+    if labels:
+        hop["to_label"] = {**hop["to_label"], "enum": labels}
+    keys = list(dict.fromkeys(str(e.get("key")) for e in linked if e.get("key")))
+    if "sources" in props and keys:
+        props["sources"] = {**props["sources"], "items": {"type": "string", "enum": keys}, "maxItems": len(keys)}
+    if "search_text" in props:
+        props["search_text"] = {**props["search_text"], "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}
+    return params
+
+
 def compact_schema_text(schema: GraphSchema) -> str:
     """Labels and relationship patterns only: what a repair needs, in a fraction of the tokens."""
     lines = ["Node labels: " + ", ".join(schema.label_names()), "Relationships:"]
@@ -484,7 +513,7 @@ def _plan_messages(
 ) -> list[BaseMessage]:
     """System (schema, rules: the same for every question, so servers reuse its cache) + question."""
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
-    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION)
+    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, plan_parameters(spec, schema, config.max_hops, linked))
     tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
     answer = (
         f"Call `{PLAN_TOOL}` with these fields."
@@ -536,7 +565,8 @@ def llm_plan(
     budget = budget or Budget()
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
     messages = _plan_messages(question, schema, linked, config, once)
-    bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output)
+    parameters = plan_parameters(spec, schema, config.max_hops, linked)
+    bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output, parameters)
 
     def invoke(history: Sequence[BaseMessage]) -> AIMessage:
         return budget.call(bound, history, config, usage)

@@ -231,18 +231,32 @@ def repair_messages(
     return [quoted_reply, HumanMessage(text)]
 
 
-def bind_structured(model: BaseChatModel, schema: type[BaseModel], tool_name: str, description: str, mode: OutputMode) -> Any:
-    """The model, bound to answer through ``tool_name`` (mode 'tool') or unchanged (mode 'text')."""
+def bind_structured(
+    model: BaseChatModel,
+    schema: type[BaseModel],
+    tool_name: str,
+    description: str,
+    mode: OutputMode,
+    parameters: dict[str, Any] | None = None,
+) -> Any:
+    """The model, bound to answer through ``tool_name`` (mode 'tool') or unchanged (mode 'text').
+    ``parameters`` replaces the schema's JSON schema (e.g. narrowed with enums of valid names)."""
     if mode == "text":
         return model
-    return model.bind_tools([tool_spec(schema, tool_name, description)], tool_choice=tool_name)
+    return model.bind_tools([tool_spec(schema, tool_name, description, parameters)], tool_choice=tool_name)
 
 
-def tool_spec(schema: type[BaseModel], tool_name: str, description: str) -> dict[str, Any]:
+def tool_spec(
+    schema: type[BaseModel], tool_name: str, description: str, parameters: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The OpenAI tool definition whose arguments are ``schema`` (it is part of the prompt: count it)."""
     return {
         "type": "function",
-        "function": {"name": tool_name, "description": description, "parameters": compact_schema(schema)},
+        "function": {
+            "name": tool_name,
+            "description": description,
+            "parameters": parameters if parameters is not None else compact_schema(schema),
+        },
     }
 
 

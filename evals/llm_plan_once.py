@@ -42,12 +42,16 @@ def pick(bench: Bench, n: int, stratify: str | None) -> list[Question]:
     for q in questions:
         groups[str(q.group(stratify))].append(q)
     names = sorted(groups)
-    picked: list[Question] = []
+    per_group: list[list[Question]] = []
     for i, name in enumerate(names):
         want = n // len(names) + (1 if i < n % len(names) else 0)
         members = groups[name]
         step = max(1, len(members) // max(1, want))
-        picked.extend(members[::step][:want])
+        per_group.append(members[::step][:want])
+    # round-robin over the groups: any prefix of the run (an interrupted run) stays balanced
+    picked: list[Question] = []
+    for i in range(max((len(g) for g in per_group), default=0)):
+        picked.extend(g[i] for g in per_group if i < len(g))
     return picked
 
 
@@ -126,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=os.environ.get("SKB_OPENAI_MODEL", "local"))
     parser.add_argument("--method", action="append", choices=METHODS, help="default: both")
     parser.add_argument("--set", action="append", default=[], help="AgentConfig KEY=JSON for both methods")
+    parser.add_argument("--run-first", type=int, default=None, help="run only the first K picked questions now")
     args = parser.parse_args(argv)
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     methods = args.method or list(METHODS)
@@ -137,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with IndexBundle.open(args.index_dir) as bundle, rows_path.open("a") as sink:
         for method in methods:
             cfg = config_for(method, args.model, overrides)
-            for q in questions:
+            for q in questions[: args.run_first]:
                 if (q.id, method) in done:
                     continue
                 row = run_one(bundle, q, cfg, method)

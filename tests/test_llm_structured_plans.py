@@ -348,3 +348,18 @@ def test_the_tool_schema_is_self_contained() -> None:
     hop = schema["properties"]["relation_paths"]["items"]["items"]
     assert hop["required"] == ["rel", "to_label"] and hop["properties"]["direction"]["enum"] == ["out", "in"]
     assert tool_spec(PlanOnceSpec, PLAN_TOOL, "x")["function"]["parameters"] == schema
+
+
+def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked_keys() -> None:
+    """Grammar-constrained servers then cannot emit an unknown name (the 1.5B model wrote node keys as labels)."""
+    from agent.llm_planner import plan_parameters
+
+    linked = [{"key": "a1", "label": "Author", "name": "Ada"}, {"key": "a2", "label": "Author", "name": "Bo"}]
+    params = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked)
+    props = params["properties"]
+    assert {"type": "string", "enum": ["Paper", "Author", "Venue"]} in props["target_type"]["anyOf"]
+    paths = props["relation_paths"]
+    assert paths["maxItems"] == 5 and paths["items"]["maxItems"] == 2 and paths["items"]["minItems"] == 1
+    hop = paths["items"]["items"]["properties"]
+    assert hop["rel"]["enum"] == ["WROTE", "PUBLISHED_IN"] and hop["to_label"]["enum"] == ["Paper", "Author", "Venue"]
+    assert props["sources"]["items"]["enum"] == ["a1", "a2"]
