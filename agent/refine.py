@@ -51,8 +51,11 @@ def _elapsed_ms(start: float) -> float:
 
 
 def _llm_available(graph: AgentGraph, cfg: AgentConfig, state: AgentState) -> bool:
-    """An LLM to ask: a configured LLM planner (or an injected chat model) whose budget is not spent."""
-    return graph.counts_llm(cfg) and not state.get("budget_stop")
+    """An LLM to ask: a configured LLM planner (or an injected chat model) whose budget is not spent and
+    which has not failed for good this run (the planner then went offline; plan-once mode runs the
+    offline executor by design, so there that flag says nothing about the model)."""
+    failed = bool(state.get("planner_offline")) and cfg.planner_mode != "plan-once"
+    return graph.counts_llm(cfg) and not state.get("budget_stop") and not failed
 
 
 def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
@@ -199,7 +202,7 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
     if not _llm_available(graph, cfg, state):
-        report["notes"].append("rerank needs an LLM (planner openai or a chat model) with budget left; skipped")
+        report["notes"].append("rerank needs an LLM (planner openai or a chat model) that has budget left and has not failed this run; skipped")
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
     skb = graph.bundle.skb

@@ -206,3 +206,17 @@ def test_plan_once_constraints_and_listwise_over_http(openai_stub: Any, hpo_bund
     assert result.rerank is not None and result.rerank["calls"] == 1
     order = result.rerank["order"]
     assert [i.key for i in result.context[:3]] == order and len(order) == 3
+
+
+def test_a_model_that_failed_for_good_is_not_asked_again(hpo_bundle: Any) -> None:
+    """The planner model fails (transient errors until llm_attempts is spent) and the run continues
+    with the offline planner: the constraint and rerank stages do not call it again."""
+    cfg = AgentConfig(policy="never", k=3, constraints=True, rerank="listwise", llm_attempts=2,
+                      llm_backoff_initial_s=0.01)
+    model = ScriptedChatModel([ConnectionError("down"), ConnectionError("down")])
+    result = ask("Which disease has craniosynostosis and brachyturricephaly?", bundle=hpo_bundle, config=cfg,
+                 chat_model=model)
+    assert model.remaining == 0 and len(model.calls) == 2
+    assert any("offline planner" in d for d in result.degraded)
+    assert result.constraints is not None and result.constraints["source"] == "plan"
+    assert result.rerank is not None and "needs an LLM" in result.rerank["notes"][0]
