@@ -102,9 +102,13 @@ def _rel_words(rel: str) -> str:
 def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
     """(head label, tail label) per relation: the profile's signature, else the most frequent pattern."""
     counts: Counter[tuple[str, str, str]] = Counter()
-    nodes = skb.nodes
-    for edge in skb.edges:
-        counts[(edge.rel, nodes[edge.src].label, nodes[edge.dst].label)] += 1
+    patterns = getattr(skb, "relation_patterns", None)
+    if callable(patterns):  # an index's memory-mapped SKB counts them from its arrays, without a scan
+        counts = patterns()
+    else:
+        nodes = skb.nodes
+        for edge in skb.edges:
+            counts[(edge.rel, nodes[edge.src].label, nodes[edge.dst].label)] += 1
     best: dict[str, tuple[str, str]] = {}
     for (rel, src, dst), _ in counts.most_common():
         best.setdefault(rel, (src, dst))

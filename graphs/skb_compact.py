@@ -27,6 +27,7 @@ import json
 import mmap
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast, overload
@@ -409,6 +410,24 @@ class CompactSKB(SKB):
                 else:
                     self._schema = super().schema(max_samples)
             return self._schema.model_copy(deep=True)
+
+    def relation_patterns(self) -> Counter[tuple[str, str, str]]:
+        """``(rel, source label, target label) -> edge count``, in order of first occurrence (as a Counter
+        filled edge by edge would hold them), computed from the arrays without building an edge."""
+        n_labels = max(len(self._labels), 1)
+        src_label = np.asarray(self._node_label)[np.asarray(self._edge_src)].astype(np.int64)
+        dst_label = np.asarray(self._node_label)[np.asarray(self._edge_dst)].astype(np.int64)
+        code = (np.asarray(self._edge_rel, dtype=np.int64) * n_labels + src_label) * n_labels + dst_label
+        out: Counter[tuple[str, str, str]] = Counter()
+        if not len(code):
+            return out
+        uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
+        for j in np.argsort(first, kind="stable"):
+            value = int(uniq[j])
+            rel, rest = divmod(value, n_labels * n_labels)
+            src, dst = divmod(rest, n_labels)
+            out[(self._rels[rel], self._labels[src], self._labels[dst])] = int(counts[j])
+        return out
 
     # -- arrays for vectorised consumers --------------------------------------------------
     def label_ids(self) -> tuple[list[str], np.ndarray]:

@@ -63,6 +63,11 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
     assert skb.stats() == hpo_mini_skb.stats()
     assert skb.schema() == hpo_mini_skb.schema()
     assert skb.labels() == hpo_mini_skb.labels()
+    from collections import Counter
+
+    expected = Counter((e.rel, hpo_mini_skb.nodes[e.src].label, hpo_mini_skb.nodes[e.dst].label)
+                       for e in hpo_mini_skb.edges)
+    assert list(skb.relation_patterns().items()) == list(expected.items())  # same counts, same order
     assert "nope" not in skb.nodes and skb.nodes.get("nope") is None and list(skb.out_edges("nope")) == []
     with pytest.raises(Exception, match="read-only"):
         skb.add_edge(hpo_mini_skb.edges[0])
