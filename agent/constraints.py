@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 from agent.structured import OutputMode, bind_structured, structured_call
 from graphs.errors import SKBError
 from graphs.model import SKB, GraphSchema
+from graphs.store.cypher_guard import check_against_schema
 from graphs.store.props import quote_name
 from graphs.text_safety import quoted
 from prompts import render_prompt
@@ -391,6 +392,7 @@ def run_constraints(
 ) -> ConstraintResult:
     """Join, then relax one constraint at a time while fewer than ``k`` candidates were found."""
     result = ConstraintResult(target=target, constraints=list(constraints))
+    schema = bundle.schema()
     active = list(constraints)
     order = relaxation_order(constraints)
     seen: set[str] = set()
@@ -399,6 +401,7 @@ def run_constraints(
     while active:
         cypher, params = join_query(target, active, limit=max_rows)
         try:
+            check_against_schema(cypher, schema)  # the guard model-written Cypher passes, for the same reasons
             rows = bundle.store.query(cypher, params, timeout_ms=timeout_ms, max_rows=max_rows).rows
         except SKBError as exc:  # a timeout or a rejected query: record it and widen the scope
             rows = []

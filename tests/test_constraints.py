@@ -305,3 +305,13 @@ def test_offline_constraints_not_implied_by_the_plan_are_dropped(recipes: IndexB
     model = ScriptedChatModel([finish(["R2"])])
     single = ask("Which recipes use garlic?", bundle=recipes, chat_model=model, config=cfg).constraints
     assert single is not None and single["single"] == ['(Recipe)-[USES]->"garlic"'] and "skipped" in single
+
+
+def test_a_rejected_join_is_recorded_and_the_scope_widens(recipes: IndexBundle) -> None:
+    """The join passes the Cypher schema guard like model-written Cypher: a condition on a property the
+    graph does not have is rejected, recorded, and relaxed away (lowest confidence first)."""
+    garlic = triplet('(Recipe)-[USES]->"Garlic"', 0.9, 0, ["I:Garlic"], "USES")
+    calories = attribute("Recipe.calories < 5", 0.1, 1, "calories", "<", 5)
+    result = run_constraints(recipes, "Recipe", [garlic, calories], 10, timeout_ms=5000, max_rows=50)
+    assert len(result.errors) == 1 and "calories" in result.errors[0] and result.errors[0].startswith("level 0")
+    assert [(s.level, s.dropped, s.found) for s in result.steps] == [(0, None, 0), (1, "Recipe.calories < 5", 4)]
