@@ -471,18 +471,28 @@ def link_matrix(skb: SKB, rel: str, row_label: str, col_model: AnnotationModel) 
         hit = per.get(cache_key)
         if hit is not None:
             return hit
-        rows_keys = [n.key for n in skb.nodes.values() if n.label == row_label]
-        row_index = {k: i for i, k in enumerate(rows_keys)}
-        r: list[int] = []
-        c: list[int] = []
-        for edge in skb.edges:
-            if edge.rel != rel:
-                continue
-            for a, b in ((edge.src, edge.dst), (edge.dst, edge.src)):
-                ri, ci = row_index.get(a), col_model.target_index.get(b)
-                if ri is not None and ci is not None:
-                    r.append(ri)
-                    c.append(ci)
+        from agent.precomputed import link_pairs
+
+        fast = link_pairs(skb, rel, row_label, col_model.target_index)  # an index's arrays: no scan
+        r: list[int] | np.ndarray
+        c: list[int] | np.ndarray
+        if fast is not None:
+            rows_keys, r, c = fast
+            row_index = {k: i for i, k in enumerate(rows_keys)}
+        else:
+            rows_keys = [n.key for n in skb.nodes.values() if n.label == row_label]
+            row_index = {k: i for i, k in enumerate(rows_keys)}
+            r_list: list[int] = []
+            c_list: list[int] = []
+            r, c = r_list, c_list
+            for edge in skb.edges:
+                if edge.rel != rel:
+                    continue
+                for a, b in ((edge.src, edge.dst), (edge.dst, edge.src)):
+                    ri, ci = row_index.get(a), col_model.target_index.get(b)
+                    if ri is not None and ci is not None:
+                        r_list.append(ri)
+                        c_list.append(ci)
         mat = sparse.csr_matrix(
             (np.ones(len(r), dtype=np.float32), (np.array(r, dtype=np.int64), np.array(c, dtype=np.int64))),
             shape=(len(rows_keys), len(col_model.targets)),

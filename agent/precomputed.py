@@ -377,3 +377,34 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
         size_penalty=float(spec["size_penalty"]),
         symmetric=float(spec["symmetric"]),
     )
+
+
+def link_pairs(
+    skb: SKB, rel: str, row_label: str, target_index: dict[str, int]
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    """``(row keys, rows, cols)`` of ``rel`` edges (either direction) from ``row_label`` nodes to the
+    targets of ``target_index``, vectorised over a memory-mapped SKB's arrays; None for other SKBs
+    (``ontology_scoring.link_matrix`` then scans the edges)."""
+    from graphs.skb_compact import CompactSKB
+
+    if not isinstance(skb, CompactSKB):
+        return None
+    rels, rel_ids, src, dst = skb.edge_arrays()
+    labels, node_label = skb.label_ids()
+    keys = skb.node_keys()
+    n = len(keys)
+    row_nodes = np.flatnonzero(np.asarray(node_label) == labels.index(row_label)) if row_label in labels else np.zeros(0, dtype=np.int64)
+    row_of = np.full(n, -1, dtype=np.int64)
+    row_of[row_nodes] = np.arange(len(row_nodes))
+    col_of = np.full(n, -1, dtype=np.int64)
+    if target_index:
+        col_of[skb.positions(list(target_index))] = np.fromiter(target_index.values(), dtype=np.int64, count=len(target_index))
+    if rel in rels:
+        mask = np.asarray(rel_ids) == rels.index(rel)
+        s, d = np.asarray(src)[mask], np.asarray(dst)[mask]
+    else:
+        s = d = np.zeros(0, dtype=np.int64)
+    a, b = np.concatenate([s, d]), np.concatenate([d, s])
+    rows, cols = row_of[a], col_of[b]
+    keep = (rows >= 0) & (cols >= 0)
+    return [keys[i] for i in row_nodes.tolist()], rows[keep], cols[keep]

@@ -441,6 +441,10 @@ class CompactSKB(SKB):
     def node_keys(self) -> list[str]:
         return self._keys
 
+    def positions(self, keys: Sequence[str]) -> np.ndarray:
+        """Node ids (positions in node order) of ``keys``; KeyError for a key not in the SKB."""
+        return np.fromiter((self._index[k] for k in keys), dtype=np.int64, count=len(keys))
+
 
 def _first_seen(ids: np.ndarray) -> list[int]:
     if not len(ids):

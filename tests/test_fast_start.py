@@ -126,6 +126,26 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
     assert pairs >= 1
 
 
+def test_link_matrices_from_the_arrays_equal_the_scanned_ones(hpo_mini_skb: SKB, tmp_path: Path) -> None:
+    from agent.ontology_scoring import link_matrix
+
+    write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
+    skb = open_compact(tmp_path / "skb")
+    checked = 0
+    for relation in hpo_mini_skb.schema().relations:
+        for row_label, col_label in ((relation.src_label, relation.dst_label), (relation.dst_label, relation.src_label)):
+            for term in hpo_mini_skb.schema().label_names():
+                want_model, got_model = model_for(hpo_mini_skb, col_label, term), model_for(skb, col_label, term)
+                if want_model is None or got_model is None:
+                    continue
+                want = link_matrix(hpo_mini_skb, relation.rel, row_label, want_model)
+                got = link_matrix(skb, relation.rel, row_label, got_model)
+                assert got.row_index == want.row_index
+                assert got.matrix.shape == want.matrix.shape and (got.matrix != want.matrix).nnz == 0
+                checked += got.matrix.nnz
+    assert checked > 0
+
+
 def test_stored_statistics_of_other_code_are_not_used(hpo_mini_skb: SKB, tmp_path: Path) -> None:
     """A record whose digest differs (other code or profile computed it) is ignored, and the lexicon is built."""
     write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
