@@ -94,8 +94,10 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per method: plan validity, calls, tokens, wall time, Hit@1/Hit@5."""
     out: dict[str, Any] = {}
+    present = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    common = set.intersection(*({r["id"] for r in rows if r["method"] == m} for m in present)) if present else set()
     for method in METHODS:
-        mine = [r for r in rows if r["method"] == method]
+        mine = [r for r in rows if r["method"] == method and r["id"] in common]  # the same questions for all
         if not mine:
             continue
         n = len(mine)
@@ -116,6 +118,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "hit5": sum(1 for r in mine if r["hit5"]) / n,
             "budget_stops": sum(1 for r in mine if r["stopped_by_budget"]),
             "degraded": sum(1 for r in mine if r["degraded"]),
+            "over_3_min": sum(1 for r in mine if r["wall_s"] > 180),
         }
     return out
 

@@ -364,3 +364,36 @@ def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked
     hop = paths["items"]["items"]["properties"]
     assert sorted(hop["rel"]["enum"]) == ["PUBLISHED_IN", "WROTE"] and hop["to_label"]["enum"] == ["Paper", "Author", "Venue"]
     assert props["sources"]["items"]["enum"] == ["a1", "a2"]
+
+
+@pytest.fixture(scope="module")
+def movies(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tiny MetaQA-like KB (a path-planning profile): the executor walks relation paths with Cypher."""
+    from pathlib import Path
+
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+    from graphs.loaders import load_dataset
+
+    index_dir = tmp_path_factory.mktemp("movies") / "index"
+    kb = Path(__file__).parent / "fixtures" / "metaqa_mini" / "kb.txt"
+    build_index(load_dataset("metaqa", kb), index_dir, IndexConfig(dataset="metaqa"))
+    handle = IndexBundle.open(index_dir)
+    yield handle
+    handle.close()
+
+
+def test_plan_once_walks_the_models_path_not_its_own_prediction(movies: Any) -> None:
+    """The question asks for the director; the model's plan says writer. Plan-once executes the plan it was
+    given (the offline path planner alone answers the director), so the writer comes first."""
+    question = "who directed [Harbor Lights]"
+    offline = ask(question, bundle=movies, config=AgentConfig(policy="never"))
+    assert offline.context[0].key == "Ada Quill"
+
+    args = {"target_type": "Person", "relation_paths": [[{"rel": "written_by", "direction": "out",
+                                                          "to_label": "Person"}]], "sources": ["Harbor Lights"]}
+    model = ScriptedChatModel([plan_call(args)])
+    result = ask(question, bundle=movies, config=config(planner_mode="plan-once"), chat_model=model)
+    assert len(model.calls) == 1 and result.plan is not None and result.plan["valid_first_try"]
+    assert result.context[0].key == "Ben Marlow"
+    assert any(p.tool == "cypher" for p in result.context[0].provenance)
