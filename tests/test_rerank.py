@@ -220,3 +220,16 @@ def test_a_model_that_failed_for_good_is_not_asked_again(hpo_bundle: Any) -> Non
     assert any("offline planner" in d for d in result.degraded)
     assert result.constraints is not None and result.constraints["source"] == "plan"
     assert result.rerank is not None and "needs an LLM" in result.rerank["notes"][0]
+
+
+def test_trace_counts_the_rerank_stage(hpo_bundle: Any, tmp_path: Any) -> None:
+    from agent.api import build_agent
+    from agent.tracing import LocalTracer
+
+    model = ScriptedChatModel([finish(KEYS), call("order_candidates", {"order": [2, 1, 3]})])
+    tracer = LocalTracer(tmp_path / "t.sqlite")
+    agent = build_agent(AgentConfig(policy="never", k=3, rerank="listwise"), bundle=hpo_bundle, chat_model=model)
+    state = agent.invoke({"question": "Which disease?"}, {"callbacks": [tracer]})
+    tracer.flush()
+    assert tracer.usage_by_stage()["rerank"].llm_calls == 1
+    assert tracer.usage_by_stage()["rerank"].prompt_tokens == 200 == state["result"].usage_by_stage["rerank"].prompt_tokens
