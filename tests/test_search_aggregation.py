@@ -161,3 +161,15 @@ def test_aggregation_skips_the_tokenizer_but_not_the_read_only_server(
     assert run(store, "Disease", ["OMIM:1"], None, "out", None)
     with pytest.raises(ReadOnlyViolationError):
         store._run_query("CREATE (:Disease {key: 'x'})", {}, 1000, 10)
+
+
+def test_one_key_is_aggregated_without_a_seeds_list(store: FalkorDBStore) -> None:
+    """From one key every neighbour's seeds are that key (once per edge): the server does not build the
+    list, the store fills it in, parallel edges included."""
+    cypher = aggregation_query("Disease", None, "out", None, single_seed=True)
+    result = store.query(cypher, aggregation_params(["OMIM:1"], None, 10))
+    assert result.columns == ["key", "paths", "rels"]
+    rows = {r.key: r for r in run(store, "Disease", ["OMIM:1"], None, "out", None)}
+    assert rows["SCN1A"].seeds == ["OMIM:1", "OMIM:1"] and rows["SCN1A"].paths == 2  # a parallel edge
+    assert all(r.seeds == ["OMIM:1"] * r.paths for r in rows.values())
+    assert run(store, "Disease", ["OMIM:1", "OMIM:1"], None, "out", None) == list(rows.values())

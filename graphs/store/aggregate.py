@@ -38,30 +38,35 @@ def aggregation_query(
     direction: Literal["out", "in", "both"],
     target_label: str | None,
     weight_property: str | None = None,
+    *,
+    single_seed: bool = False,
 ) -> str:
     """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
 
-    Columns: key, seeds (one entry per edge: parallel edges repeat a seed), paths (edge count), then
-    rels (the relation types reaching the neighbour) only when more than one type is allowed, and
-    weight (sum of ``weight_property``) only when one is named: a column whose value the caller already
-    knows would be parsed once per row for nothing (``aggregation_rows`` fills them in). Only names
-    validated against the schema are spliced in (backtick-quoted); keys and the limit are parameters.
-    Portable across FalkorDB and Neo4j-compatible servers (no subqueries, no dynamic property access).
-    Cheap by construction: no DISTINCT over seeds.
+    Columns: key, seeds (one entry per edge: parallel edges repeat a seed; left out with
+    ``single_seed``, where every entry is the one key), paths (edge count), then rels (the relation
+    types reaching the neighbour) only when more than one type is allowed, and weight (sum of
+    ``weight_property``) only when one is named. A column whose value the caller already knows would be
+    built by the server and parsed by the client once per row for nothing (``aggregation_rows`` fills
+    them in): from one hub key (thousands of neighbours, every one of which is ranked) dropping the
+    seeds list cut the call from 76 to 28 ms. Only names validated against the schema are spliced in
+    (backtick-quoted); keys and the limit are parameters. Portable across FalkorDB and Neo4j-compatible
+    servers (no subqueries, no dynamic property access). Cheap by construction: no DISTINCT over seeds.
     """
     rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
     target = f":{quote_name(target_label)}" if target_label else ""
     left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
-    extra = ""
+    grouped = "count(r) AS paths" if single_seed else "collect(n.key) AS seeds, count(r) AS paths"
+    returned = "m.key AS key, paths" if single_seed else "m.key AS key, seeds, paths"
     if not _one_type(rel_types):
-        extra += ", collect(DISTINCT type(r)) AS rels"
+        grouped += ", collect(DISTINCT type(r)) AS rels"
+        returned += ", rels"
     if weight_property:
-        extra += f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
-    returned = "m.key AS key, seeds, paths" + (", rels" if not _one_type(rel_types) else "")
-    returned += ", weight" if weight_property else ""
+        grouped += f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
+        returned += ", weight"
     return (
         f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
-        f"WITH m, collect(n.key) AS seeds, count(r) AS paths{extra} "
+        f"WITH m, {grouped} "
         f"RETURN {returned} "
         "ORDER BY paths DESC, key ASC LIMIT $limit"
     )
@@ -77,25 +82,31 @@ def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int)
 
 
 def aggregation_rows(
-    rows: Iterable[Sequence[Any]], rel_types: Sequence[str] | None, weight_property: str | None
+    rows: Iterable[Sequence[Any]],
+    rel_types: Sequence[str] | None,
+    weight_property: str | None,
+    single_seed: str | None = None,
 ) -> list[NeighborAggregate]:
-    """The rows of ``aggregation_query`` as NeighborAggregate, with the columns it left out filled in."""
+    """The rows of ``aggregation_query`` as NeighborAggregate, with the columns it left out filled in
+    (``single_seed``: the one key expanded, for a query built with ``single_seed=True``)."""
     one = [str(rel_types[0])] if rel_types is not None and _one_type(rel_types) else None
     out: list[NeighborAggregate] = []
     for row in rows:
-        key, seeds, paths = row[0], row[1], row[2]
-        rest = 3
+        if single_seed is not None:
+            key, paths = row[0], int(row[1])
+            seeds = [single_seed] * paths
+            rest = 2
+        else:
+            key, paths = row[0], int(row[2])
+            seeds = [str(s) for s in row[1]]
+            rest = 3
         if one is None:
             rels = [str(r) for r in row[rest]]
             rest += 1
         else:
             rels = one
         weight = row[rest] if weight_property else None
-        out.append(
-            NeighborAggregate(
-                str(key), [str(s) for s in seeds], rels, int(paths), None if weight is None else float(weight)
-            )
-        )
+        out.append(NeighborAggregate(str(key), seeds, rels, paths, None if weight is None else float(weight)))
     return out
 
 

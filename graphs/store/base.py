@@ -477,9 +477,12 @@ class CypherStore(GraphStore):
         if weight_property is not None and not weight_property:
             raise CypherValidationError("weight_property must be a property name or None, got ''")
         timeout = self._timeout(timeout_ms)
-        cypher = aggregation_query(seed_label, rels, direction, target_label, weight_property)
+        single = checked[0] if len(set(checked)) == 1 else None
+        cypher = aggregation_query(
+            seed_label, rels, direction, target_label, weight_property, single_seed=single is not None
+        )
         _, rows, _ = self._run_query(cypher, aggregation_params(checked, rels, limit), timeout, limit)
-        return aggregation_rows(rows, rels, weight_property)
+        return aggregation_rows(rows, rels, weight_property, single)
 
     def count_nodes(self) -> int:
         rows = self._read("MATCH (n) RETURN count(n)")
