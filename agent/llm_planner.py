@@ -347,6 +347,8 @@ PLAN_TOOL = "submit_plan"
 PLAN_TOOL_DESCRIPTION = "Submit the retrieval plan."
 #: Most relation paths a plan may carry (more are cut, not an error).
 MAX_PLAN_PATHS = 5
+#: Allowance (tokens) for the rejected reply and the quoted errors of a repair turn.
+REPAIR_TOKENS = 400
 
 
 class PlanStepSpec(BaseModel):
@@ -378,7 +380,11 @@ class PlanOnceSpec(PlanSpec):
 
 
 def validate_plan(
-    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]] = ()
+    plan: PlanSpec,
+    schema: GraphSchema,
+    max_hops: int,
+    linked: Sequence[Mapping[str, Any]] = (),
+    fixes: list[str] | None = None,
 ) -> list[str]:
     """Every way ``plan`` disagrees with the graph schema, as messages a model can act on.
 
@@ -386,6 +392,11 @@ def validate_plan(
     pattern of the schema from the label the path is at; paths are 1..max_hops hops and end at the
     target; a path starts at the label of a linked entity (when any is linked); plan-once sources
     are linked keys.
+
+    With ``fixes`` (a list the caller reads back), unambiguous slips are corrected in ``plan`` instead of
+    reported, like near-JSON: a hop whose direction is the wrong way round (only the other direction
+    reaches its label from where the path is) is flipped, and invalid paths are dropped when at least one
+    valid path remains. What was changed is appended to ``fixes``.
     """
     labels = schema.label_names()
     rels = schema.relation_names()
@@ -409,42 +420,56 @@ def validate_plan(
             )
         source_labels = {str(e.get("label")) for e in linked if str(e.get("key")) in set(plan.sources)}
         linked_labels = source_labels or linked_labels
-    for i, path in enumerate(plan.relation_paths[:MAX_PLAN_PATHS]):
+
+    def froms_of(rel: str, direction: str, to_label: str) -> set[str]:
+        return {f for f, t in patterns.get((rel, direction), set()) if t == to_label}
+
+    def path_errors(i: int, path: list[PlanStepSpec]) -> str | None:
         where = f"relation_paths[{i}]"
         if not path:
-            errors.append(f"{where}: empty path; give at least one hop or leave the path out")
-            continue
+            return f"{where}: empty path; give at least one hop or leave the path out"
         if len(path) > max_hops:
-            errors.append(f"{where}: {len(path)} hops; at most {max_hops} allowed")
-            continue
+            return f"{where}: {len(path)} hops; at most {max_hops} allowed"
         at: set[str] | None = linked_labels or None  # labels the path may be at before this hop
         for j, step in enumerate(path):
             here = f"{where}[{j}]"
             if step.rel not in rel_set:
-                errors.append(f"{here}.rel: unknown relationship type {step.rel!r}; valid: {', '.join(rels)}")
-                break
+                return f"{here}.rel: unknown relationship type {step.rel!r}; valid: {', '.join(rels)}"
             if step.to_label not in label_set:
-                errors.append(f"{here}.to_label: unknown label {step.to_label!r}; valid labels: {', '.join(labels)}")
-                break
-            froms = {f for f, t in patterns.get((step.rel, step.direction), set()) if t == step.to_label}
+                return f"{here}.to_label: unknown label {step.to_label!r}; valid labels: {', '.join(labels)}"
+            froms = froms_of(step.rel, step.direction, step.to_label)
+            if fixes is not None and (not froms or (at is not None and not froms & at)):
+                other = "in" if step.direction == "out" else "out"
+                flipped = froms_of(step.rel, other, step.to_label)
+                if flipped and (at is None or flipped & at):
+                    fixes.append(f"{here}: direction {step.direction!r} -> {other!r} ({step.rel} reaches {step.to_label} only that way)")
+                    step.direction = other  # type: ignore[assignment]
+                    froms = flipped
             if not froms:
                 ends = sorted({t for _, t in patterns.get((step.rel, step.direction), set())})
-                errors.append(
+                return (
                     f"{here}: {step.rel} with direction {step.direction!r} never reaches {step.to_label!r}"
                     + (f" (it reaches {', '.join(ends)})" if ends else "; try the other direction")
                 )
-                break
             if at is not None and not (froms & at):
                 what = "the linked entities' labels" if j == 0 else "the previous hop's label"
-                errors.append(
+                return (
                     f"{here}: {step.rel} ({step.direction}) starts at {', '.join(sorted(froms))}, "
                     f"not at {what} ({', '.join(sorted(at))})"
                 )
-                break
             at = {step.to_label}
-        else:
-            if target is not None and path[-1].to_label != target:
-                errors.append(f"{where}: ends at {path[-1].to_label!r}, but target_type is {target!r}")
+        if target is not None and path[-1].to_label != target:
+            return f"{where}: ends at {path[-1].to_label!r}, but target_type is {target!r}"
+        return None
+
+    paths = plan.relation_paths[:MAX_PLAN_PATHS]
+    found = [path_errors(i, path) for i, path in enumerate(paths)]
+    bad = [e for e in found if e is not None]
+    if fixes is not None and bad and len(bad) < len(paths):
+        fixes.extend(f"dropped {e}" for e in bad)
+        plan.relation_paths = [p for p, e in zip(paths, found, strict=True) if e is None]
+    else:
+        errors.extend(bad)
     return errors
 
 
@@ -571,21 +596,34 @@ def llm_plan(
     def invoke(history: Sequence[BaseMessage]) -> AIMessage:
         return budget.call(bound, history, config, usage)
 
+    first_tokens = (_prompt_chars(messages) + len(json.dumps(parameters))) // 4
+
     def shorter(history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The repair keeps the first prompt when both calls fit ``plan_prompt_tokens`` (servers reuse the
+        cached prefix, so the repair costs only the new turn); else it carries the schema as names only."""
+        if 2 * first_tokens + REPAIR_TOKENS <= config.plan_prompt_tokens:
+            return list(history)
         compact = _plan_messages(question, schema, linked, config, once, schema_text=compact_schema_text(schema))
         return [compact[0], *history[1:]]
 
+    def validate(plan: PlanSpec) -> list[str]:
+        slips.clear()  # only the accepted attempt's corrections are reported
+        return validate_plan(plan, schema, config.max_hops, linked, slips)
+
+    slips: list[str] = []  # slips corrected in the accepted plan (directions flipped, bad paths dropped)
     outcome = structured_call(
         invoke,
         messages,
         spec,
         tool_name=PLAN_TOOL,
         mode=config.structured_output,
-        validate=lambda plan: validate_plan(plan, schema, config.max_hops, linked),
+        validate=validate,
         max_repairs=config.plan_repairs,
         repair_context=shorter,
     )
     report = {"mode": config.planner_mode, **outcome.report()}
+    if outcome.value is not None:
+        report["fixes"] = [*report["fixes"], *slips]
     if outcome.value is None:
         raise InvalidPlanError(
             f"plan invalid after {outcome.attempts} attempt(s): {' | '.join(outcome.errors)}", report

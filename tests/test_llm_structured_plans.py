@@ -143,9 +143,30 @@ def test_malformed_plan_is_repaired_in_one_round(hpo_bundle: Any) -> None:
     repair = model.calls[1]
     assert isinstance(repair[-1], ToolMessage) and "unknown relationship type 'HAS_SYMPTOM'" in str(repair[-1].content)
     assert "HAS_PHENOTYPE" in str(repair[-1].content)
-    # ... and carries the compact schema (names only), so the repair costs fewer tokens than the first call
-    assert isinstance(repair[0], SystemMessage) and len(str(repair[0].content)) < len(str(model.calls[0][0].content))
+    # both calls fit plan_prompt_tokens: the repair keeps the first prompt (servers reuse its cached prefix)
+    assert repair[: len(model.calls[0])] == model.calls[0]
     assert result.llm_calls == 3 and result.usage_by_stage["plan"].llm_calls == 2
+    assert result.context[0].key == APERT_KEY
+
+    # a tighter budget: the repair carries the schema as names only, so it costs fewer tokens than the first call
+    model = ScriptedChatModel([plan_call(bad), plan_call(GOOD_PLAN), turn(("finish", {"keys": [APERT_KEY]}))])
+    result = ask(APERT, bundle=hpo_bundle, config=config(plan_prompt_tokens=1500), chat_model=model)
+    repair = model.calls[1]
+    assert result.plan is not None and result.plan["repaired"]
+    assert isinstance(repair[0], SystemMessage) and len(str(repair[0].content)) < len(str(model.calls[0][0].content))
+
+
+def test_slips_are_corrected_without_a_repair_call(hpo_bundle: Any) -> None:
+    """A hop the wrong way round is flipped (only one direction reaches its label); an invalid path next to
+    a valid one is dropped. Both are reported as fixes, and no second call is made."""
+    wrong_way = [{"rel": "HAS_PHENOTYPE", "direction": "out", "to_label": "Disease"}]
+    dead_end = [{"rel": "IS_A", "direction": "out", "to_label": "Phenotype"}]  # ends at Phenotype, not the target
+    model = ScriptedChatModel([plan_call({"target_type": "Disease", "relation_paths": [wrong_way, dead_end]})])
+    result = ask(APERT, bundle=hpo_bundle, config=config(planner_mode="plan-once"), chat_model=model)
+    assert len(model.calls) == 1 and result.plan is not None and result.plan["valid_first_try"]
+    fixes = " | ".join(result.plan["fixes"])
+    assert "direction 'out' -> 'in'" in fixes and "dropped relation_paths[1]" in fixes
+    assert result.relation_paths == [["<-[HAS_PHENOTYPE]-Disease"]]
     assert result.context[0].key == APERT_KEY
 
 
