@@ -3,6 +3,9 @@ at the bottom (graphs: `index`, `search`; evals: `eval`)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,6 +33,22 @@ def _fail(exc: SKBError) -> typer.Exit:
     """User errors print their message (it names the fix) and exit 2, without a traceback."""
     err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
     return typer.Exit(code=2)
+
+
+@contextlib.contextmanager
+def _startup_heap() -> Iterator[None]:
+    """Pause the cyclic GC while the agent's modules import and the index opens, then freeze the heap.
+
+    Why: start-up allocates hundreds of thousands of long-lived objects (modules, classes, the
+    index's tables); automatic collections rescan them again and again, and a full one in the first
+    question rescans them all (about 0.3 s of a cold `skb ask` on 2 cores). Frozen objects are
+    never scanned again; objects created afterwards are collected as usual."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
@@ -104,10 +123,11 @@ def ask_command(
             config = AgentConfig.model_validate(settings)
         except ValidationError as exc:
             raise ConfigError(f"invalid option: {exc}") from exc
-        with IndexBundle.open(index_dir) as bundle:
+        with _startup_heap():
+            bundle = IndexBundle.open(index_dir)
             bundle.warm_up()  # the embedder and graph server start while the agent's modules import
             from agent.api import ask
-
+        with bundle:
             run_config = _run_config(index_dir, trace)
             result = ask(question, bundle=bundle, config=config, run_config=run_config)
             callbacks = run_config.get("callbacks")

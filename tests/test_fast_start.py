@@ -280,3 +280,20 @@ def test_warm_up_opens_the_embedder_and_store_in_the_background(hpo_index_dir: P
     with IndexBundle.open(fast_index) as bundle:  # --store none: nothing to start, and no error either
         bundle.warm_up().join(timeout=120)
         assert bundle._embedder is not None and bundle._store is None
+
+
+def test_skb_ask_freezes_the_startup_heap_and_leaves_the_gc_on(hpo_index_dir: Path, tmp_path: Path) -> None:
+    import gc
+
+    gc.unfreeze()
+    try:
+        result = runner.invoke(app, ["ask", "Which genes are associated with Marfan syndrome?", "--no-trace",
+                                     "--index-dir", str(hpo_index_dir)])
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        failed = runner.invoke(app, ["ask", "anything", "--no-trace", "--index-dir", str(tmp_path / "none")])
+        assert failed.exit_code == 2 and gc.isenabled()  # an index that cannot open still re-enables it
+    finally:
+        gc.unfreeze()
+        gc.enable()
