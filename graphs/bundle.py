@@ -487,7 +487,7 @@ def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
     from graphs.skb_compact import COMPACT_DIR, META_FILE, open_compact
 
     listed = f"skb/{COMPACT_DIR}/{META_FILE}"
-    if listed in manifest.files or listed in manifest.data_files:
+    if listed in manifest.listed():
         return open_compact(index_dir / "skb")
     from graphs.loaders.jsonl import load_jsonl
 

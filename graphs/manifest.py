@@ -269,6 +269,10 @@ class Manifest(BaseModel):
     to detect that a rebuild replaced the index ("" in manifests written before it existed)."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    def listed(self) -> set[str]:
+        """Every file the build recorded: ``files`` (full sha256) and ``data_files`` (large, sampled at open)."""
+        return set(self.files) | set(self.data_files)
+
     @property
     def embedder_model(self) -> str:
         return self.embedder.model_name

@@ -225,11 +225,12 @@ def phrase_index_for(bundle: Any) -> PhraseIndex | None:
     with _LOAD_LOCK:
         if skb in _LOADED:
             return _LOADED[skb]
-        files = getattr(manifest, "files", {}) or {}
+        # large files are recorded in data_files (size + sampled digest), small ones in files
+        listed = manifest.listed() if hasattr(manifest, "listed") else set(getattr(manifest, "files", {}) or {})
         prefix = PHRASE_DIR + "/"
-        checksums = {name[len(prefix) :]: digest for name, digest in files.items() if name.startswith(prefix)}
+        names = {name[len(prefix) :] for name in listed if name.startswith(prefix)}
         found: PhraseIndex | None = None
-        if GRAPH_FILE in checksums and ENTRIES_FILE in checksums:
+        if GRAPH_FILE in names and ENTRIES_FILE in names:
             # the bundle verified the manifest's files when it opened the index: no second hash here
             found = PhraseIndex.load(Path(index_dir) / PHRASE_DIR, int(manifest.embedder.dim))
         _LOADED[skb] = found

@@ -207,6 +207,11 @@ def test_large_files_are_sampled_at_open_and_hashed_in_full_by_skb_verify(
     manifest = json.loads((index / "manifest.json").read_text())
     assert "hnsw/vectors.npy" in manifest["data_files"] and "hnsw/vectors.npy" not in manifest["files"]
     assert runner.invoke(app, ["verify", "--index-dir", str(index)]).exit_code == 0
+    from graphs.phrase_index import phrase_index_for
+
+    assert any(rel.startswith("phrases/") for rel in manifest["data_files"])
+    with IndexBundle.open(index) as bundle:  # an artifact recorded among the large files is still found
+        assert isinstance(bundle.skb, CompactSKB) and phrase_index_for(bundle) is not None
 
     target = index / "hnsw" / "vectors.npy"
     assert target.stat().st_size > 3 * (1 << 12)
