@@ -187,10 +187,6 @@ def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ptr, order
 
 
-def has_compact(skb_dir: Path) -> bool:
-    return (Path(skb_dir) / COMPACT_DIR / META_FILE).is_file()
-
-
 class _Blob:
     """A read-only file of concatenated JSON objects, sliced through mmap (an empty file has no map)."""
 
@@ -454,5 +450,5 @@ def _first_seen(ids: np.ndarray) -> list[int]:
 
 
 def open_compact(skb_dir: Path) -> CompactSKB:
-    """Open ``<index>/skb`` through its compact arrays (``has_compact`` must be true)."""
+    """Open ``<index>/skb`` through its compact arrays (written by ``write_compact`` into ``skb/compact``)."""
     return CompactSKB(Path(skb_dir))
