@@ -165,8 +165,8 @@ class AgentConfig(BaseModel):
     )
     link_confidence_power: float = Field(
         default=1.0, ge=0.0, le=10.0,
-        description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power; "
-        "0 ignores link confidence (every kept candidate counts fully)",
+        description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power, "
+        "and of a fuzzy or embedding link = its score ** power; 0 ignores link confidence (every link counts fully)",
     )
 
     def scoring_overrides(self) -> dict[str, float]:

@@ -302,7 +302,9 @@ class AgentGraph:
             update["messages"] = [HumanMessage(question)]
         degraded: list[str] = []
         if cfg.max_entities > 0:
-            linked = self.linker().link(question, cfg.max_entities, clauses=cfg.clause_settings())
+            linked = self.linker().link(
+                question, cfg.max_entities, clauses=cfg.clause_settings(), confidence_power=cfg.link_confidence_power
+            )
             update["linked_entities"] = [_to_dict(e) for e in linked]
         update["degraded"] = degraded
         update["constraint_report"] = update["rerank_report"] = None  # a new question: no stale reports

@@ -275,6 +275,7 @@ class EntityLinker:
         *,
         exclude_labels: Sequence[str] = (),
         clauses: ClauseSettings | None = None,
+        confidence_power: float = 0.0,
     ) -> list[LinkedEntity]:
         """Entities mentioned in the question, in order of mention; ``exclude_labels`` only
         restricts the fuzzy/embedding fallbacks (exact mentions of any label are kept).
@@ -283,6 +284,8 @@ class EntityLinker:
         vocabulary term are matched whole against the index's phrase vectors and give several
         weighted candidates each; ``max_entities`` then counts mentions (a clause counts once).
         It needs the index's phrase artifact and an embedder; without them it is a no-op.
+        ``confidence_power`` > 0 gives fuzzy and embedding links the ranking weight
+        ``score ** confidence_power`` (exact names keep 1.0): a guessed term counts less than a named one.
 
         A bracketed mention (``who directed [The Lost World]``, the benchmark convention for the
         topic entity) is linked alone: a node whose name is exactly the bracket text wins
@@ -292,9 +295,16 @@ class EntityLinker:
         match = _BRACKET.search(question)
         if match is not None and match.group(1).strip():
             found = self._link_bracket(match.group(1).strip(), max_entities, exclude_labels)
-            if found:
-                return found
-        return self._link_text(question, max_entities, exclude_labels, clauses)
+        if not found:
+            found = self._link_text(question, max_entities, exclude_labels, clauses)
+        if confidence_power > 0:
+            found = [
+                e.model_copy(update={"weight": round(float(e.score) ** confidence_power, 4)})
+                if e.group is None and e.method != "exact" and 0.0 < e.score < 1.0
+                else e
+                for e in found
+            ]
+        return found
 
     def _link_bracket(self, mention: str, max_entities: int, exclude: Sequence[str]) -> list[LinkedEntity]:
         exact = [key for key in self._by_name().get(mention, ()) if key in self.skb.nodes]

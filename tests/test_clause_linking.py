@@ -254,3 +254,14 @@ def test_agent_config_scoring_overrides_reach_the_ranking() -> None:
 def test_clause_settings_defaults_live_in_agent_config() -> None:
     assert AgentConfig().clause_settings() == ClauseSettings()
     assert AgentConfig(clause_linking=False).clause_settings() is None
+
+
+def test_fuzzy_links_carry_their_confidence_as_ranking_weight(catalog: Any) -> None:
+    linker = EntityLinker(catalog)
+    question = "Which product has a toasterr?"  # a typo: linked fuzzily, not exactly
+    plain = [e for e in linker.link(question, 20) if e.key == "C_TOASTER"]
+    assert plain and plain[0].method == "fuzzy" and 0.0 < plain[0].score < 1.0 and plain[0].weight == 1.0
+    weighted = [e for e in linker.link(question, 20, confidence_power=2.0) if e.key == "C_TOASTER"]
+    assert weighted[0].weight == pytest.approx(plain[0].score**2, abs=1e-4)
+    exact = linker.link("Which product has a toaster?", 20, confidence_power=2.0)
+    assert [e.weight for e in exact if e.key == "C_TOASTER"] == [1.0]  # a named term keeps full weight
