@@ -206,3 +206,24 @@ def test_finish_dedupes_and_reports_unknown_keys(tools: dict[str, BaseTool]) -> 
 def test_finish_rejects_scores_that_do_not_match_keys(tools: dict[str, BaseTool]) -> None:
     with pytest.raises(ValidationError, match="one per key"):
         tools["finish"].invoke({"keys": ["OMIM:101200"], "scores": [0.5, 0.4]})
+
+
+def test_node_snippets_are_memoised_per_graph() -> None:
+    """semantic_search's hit texts are computed once per node and graph; a rebuilt graph (a new SKB
+    object) gets its own texts, and a dropped graph's texts go with it."""
+    import gc
+    from types import SimpleNamespace
+
+    from tests.store_fixtures import tiny_skb
+    from tools.common import _snippets, node_snippet
+
+    old, new = tiny_skb(), tiny_skb()
+    new.nodes["OMIM:1"].props["name"] = "Renamed epilepsy"
+    assert node_snippet(SimpleNamespace(skb=old), "OMIM:1") == old.node_text("OMIM:1")[:240]  # type: ignore[arg-type]
+    assert "Renamed epilepsy" in node_snippet(SimpleNamespace(skb=new), "OMIM:1")  # type: ignore[arg-type]
+    old.nodes["OMIM:1"].props["name"] = "changed after the first call"
+    assert "changed" not in node_snippet(SimpleNamespace(skb=old), "OMIM:1")  # type: ignore[arg-type]  # memoised
+    count = len(_snippets)
+    del old
+    gc.collect()
+    assert len(_snippets) == count - 1
