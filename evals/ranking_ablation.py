@@ -83,10 +83,10 @@ def evaluate(
     ranks: dict[tuple[str, str], list[int | None]] = defaultdict(list)
     for row in rows:
         target = _label(row["target_type"], labels)
-        found = linker.link(
+        entities = linker.link(
             row["query"], cfg.max_entities, clauses=cfg.clause_settings(), confidence_power=cfg.link_confidence_power
         )
-        linked = [e.model_dump() for e in found]
+        linked = [e.model_dump() for e in entities]
         sources = list(dict.fromkeys(str(e["label"]) for e in linked if e["label"] != target))
         paths = relation_paths(schema, sources, target, max_hops=cfg.max_hops) if sources else []
         if direct_paths_only:
