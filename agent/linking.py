@@ -292,6 +292,7 @@ class EntityLinker:
         (case-sensitive, so ``Up`` and ``up`` stay apart), else the bracket text goes through the
         usual stages. Without brackets the whole question is linked as before.
         """
+        found: list[LinkedEntity] = []
         match = _BRACKET.search(question)
         if match is not None and match.group(1).strip():
             found = self._link_bracket(match.group(1).strip(), max_entities, exclude_labels)
