@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from agent.clause_linking import ClauseSettings, clause_spans, embed_clauses, is_description, weighted_candidates
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
-from graphs.phrase_index import phrase_index_for
+from graphs.phrase_index import has_phrase_index, phrase_index_for
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -392,7 +392,7 @@ class EntityLinker:
         self, question: str, tokens: list[_Token], exact: list[tuple[_Span, list[_Entry]]], settings: ClauseSettings
     ) -> list[tuple[int, int]]:
         """Token ranges of the clauses that describe a term rather than name one (frame words trimmed)."""
-        if not self.use_embedding or phrase_index_for(self.bundle) is None or not tokens:
+        if not self.use_embedding or not has_phrase_index(self.bundle) or not tokens:
             return []
         exact_tok = [False] * len(tokens)
         for span, _ in exact:

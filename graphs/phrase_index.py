@@ -211,6 +211,18 @@ _LOADED: weakref.WeakKeyDictionary[Any, PhraseIndex | None] = weakref.WeakKeyDic
 _LOAD_LOCK = threading.Lock()
 
 
+def has_phrase_index(bundle: Any) -> bool:
+    """Whether the bundle's index holds the artifact, from its manifest alone (nothing is read).
+
+    Why: the phrase graph is ~100 MB in memory on HPO; a question with no described clause must not
+    load it, so callers ask this first and load (``phrase_index_for``) only when they use it."""
+    manifest = getattr(bundle, "manifest", None)
+    if manifest is None:
+        return False
+    listed = manifest.listed() if hasattr(manifest, "listed") else set(getattr(manifest, "files", {}) or {})
+    return f"{PHRASE_DIR}/{GRAPH_FILE}" in listed and f"{PHRASE_DIR}/{ENTRIES_FILE}" in listed
+
+
 def phrase_index_for(bundle: Any) -> PhraseIndex | None:
     """The bundle's phrase index, loaded once per build (None for an index built without one).
 

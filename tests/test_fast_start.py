@@ -302,3 +302,19 @@ def test_skb_ask_freezes_the_startup_heap_and_leaves_the_gc_on(hpo_index_dir: Pa
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fast_index: Path) -> None:
+    """The phrase graph is large; naming an entity must not pull it into memory."""
+    from agent.clause_linking import ClauseSettings
+    from graphs import phrase_index
+
+    with IndexBundle.open(fast_index) as bundle:
+        assert phrase_index.has_phrase_index(bundle)
+        linker = EntityLinker(bundle)
+        found = linker.link("Which genes are associated with Marfan syndrome?", clauses=ClauseSettings())
+        assert "Marfan syndrome" in [e.name for e in found]
+        assert bundle.skb not in phrase_index._LOADED
+        linker.link("a patient whose long bones of the arms and legs are unusually long and thin",
+                    clauses=ClauseSettings())
+        assert bundle.skb in phrase_index._LOADED  # loaded when a described clause needs it
