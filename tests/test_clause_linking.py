@@ -265,3 +265,18 @@ def test_fuzzy_links_carry_their_confidence_as_ranking_weight(catalog: Any) -> N
     assert weighted[0].weight == pytest.approx(plain[0].score**2, abs=1e-4)
     exact = linker.link("Which product has a toaster?", 20, confidence_power=2.0)
     assert [e.weight for e in exact if e.key == "C_TOASTER"] == [1.0]  # a named term keeps full weight
+
+
+def test_phrase_artifact_listed_as_large_data_files_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On HPO the phrase graph is ~100 MB: the build lists it under data_files (size + sampled digest)."""
+    from graphs import build
+    from graphs.bundle import IndexBundle
+
+    monkeypatch.setattr(build, "LARGE_FILE_BYTES", 1)  # every file counts as large here
+    build.build_index(catalog_skb(), tmp_path / "index", build.IndexConfig(dataset="catalog", store="none"))
+    with IndexBundle.open(tmp_path / "index", store="none") as bundle:
+        assert "phrases/phrases.bin" in bundle.manifest.data_files
+        index = phrase_index_for(bundle)
+        assert index is not None and "C_KETTLE" in index.keys
