@@ -24,7 +24,7 @@ import numpy as np
 from scipy import sparse
 
 from graphs.loaders.profiles import profile_for
-from graphs.model import SKB
+from graphs.model import SKB, GraphSchema
 from graphs.skb_compact import source_digest
 from graphs.skb_state import digest_of, read_state, state_dir_of, write_state
 
@@ -90,7 +90,7 @@ def _node_keys(skb: SKB) -> list[str]:
 
 
 # -- lexicon ---------------------------------------------------------------------------------
-def precompute_lexicon(skb: SKB, state_dir: Path) -> None:
+def precompute_lexicon(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
     """Store the lexicon (name table, token index, prefix vocabulary) and the display-name table."""
     from agent.linking import build_lexicon
 
@@ -246,13 +246,16 @@ def stored_names(skb: SKB) -> dict[str, list[str]] | None:
 MAX_STORED_MODELS = 16
 
 
-def precompute_scoring(skb: SKB, state_dir: Path) -> None:
+def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
     """Store every label's hierarchy and the scoring models of label pairs linked by a relation.
 
     Pairs whose term label has a hierarchy come first (the information-content ranking), then the
     others by annotation count, up to ``MAX_STORED_MODELS``; any other pair is computed on demand."""
-    from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation, schema_for
+    from agent.ontology_scoring import _META_LOCK, _SCHEMAS, build_model, detect_hierarchy, find_annotation, schema_for
 
+    if schema is not None:
+        with _META_LOCK:
+            _SCHEMAS.setdefault(skb, schema)  # the build computed it once already
     schema = schema_for(skb)
     labels = schema.label_names()
     position = {key: i for i, key in enumerate(_node_keys(skb))}

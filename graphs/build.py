@@ -185,9 +185,10 @@ def write_fast_start(skb: SKB, skb_dir: Path) -> None:
     from graphs.skb_compact import COMPACT_DIR, write_compact
     from graphs.skb_state import STATE_DIR, precompute
 
-    write_compact(skb, skb_dir / COMPACT_DIR)
+    schema = skb.schema()  # scans every node and edge: once for both
+    write_compact(skb, skb_dir / COMPACT_DIR, schema)
     # from the SKB in memory (the compact arrays keep its node order, which the records refer to)
-    precompute(skb, skb_dir / STATE_DIR)
+    precompute(skb, skb_dir / STATE_DIR, schema)
 
 
 def dir_size(path: Path) -> int:

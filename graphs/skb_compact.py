@@ -77,13 +77,18 @@ def schema_digest() -> str:
     return source_digest("graphs.model")
 
 
-def _dumps(obj: Any) -> bytes:
+def _json_dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _dumper() -> Any:
+    """orjson's dumps when installed (it is optional, third-party), else the stdlib's: the same JSON text."""
     try:
         import orjson
 
-        return orjson.dumps(obj)
-    except ImportError:  # orjson is optional (third-party): plain json gives the same text
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return orjson.dumps
+    except ImportError:
+        return _json_dumps
 
 
 def _loader() -> Any:
@@ -103,8 +108,10 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def write_compact(skb: SKB, directory: Path) -> list[Path]:
-    """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written."""
+def write_compact(skb: SKB, directory: Path, schema: GraphSchema | None = None) -> list[Path]:
+    """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written.
+
+    ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = list(skb.nodes)
@@ -118,14 +125,15 @@ def write_compact(skb: SKB, directory: Path) -> list[Path]:
         raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
 
     node_label = np.fromiter((label_id[node.label] for node in skb.nodes.values()), dtype=np.int32, count=n)
-    node_blob, node_off = _props_blob(node.props for node in skb.nodes.values())
+    dumps = _dumper()
+    node_blob, node_off = _props_blob((node.props for node in skb.nodes.values()), dumps)
     try:
         edge_src = np.fromiter((index[e.src] for e in skb.edges), dtype=np.int32, count=m)
         edge_dst = np.fromiter((index[e.dst] for e in skb.edges), dtype=np.int32, count=m)
     except KeyError as exc:
         raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
     edge_rel = np.fromiter((rel_id[e.rel] for e in skb.edges), dtype=np.int32, count=m)
-    edge_blob, edge_off = _props_blob(e.props for e in skb.edges)
+    edge_blob, edge_off = _props_blob((e.props for e in skb.edges), dumps)
     out_ptr, out_idx = _csr(edge_src, n)
     in_ptr, in_idx = _csr(edge_dst, n)
 
@@ -141,7 +149,7 @@ def write_compact(skb: SKB, directory: Path) -> list[Path]:
     for name, blob in (("node_props.bin", node_blob), ("edge_props.bin", edge_blob)):
         atomic_write_bytes(directory / name, blob)
         written.append(directory / name)
-    atomic_write_bytes(directory / "node_keys.json", _dumps(keys))
+    atomic_write_bytes(directory / "node_keys.json", dumps(keys))
     written.append(directory / "node_keys.json")
     from graphs.loaders.profiles import Profile, is_default
 
@@ -155,7 +163,7 @@ def write_compact(skb: SKB, directory: Path) -> list[Path]:
         "edges": m,
         "labels": labels,
         "rels": rels,
-        "schema": skb.schema().model_dump(mode="json"),
+        "schema": (schema if schema is not None else skb.schema()).model_dump(mode="json"),
         "schema_digest": schema_digest(),
     }
     atomic_write_json(directory / META_FILE, meta, indent=None)
@@ -164,14 +172,14 @@ def write_compact(skb: SKB, directory: Path) -> list[Path]:
     return written
 
 
-def _props_blob(props: Iterator[dict[str, Any]] | Any) -> tuple[bytes, np.ndarray]:
+def _props_blob(props: Iterator[dict[str, Any]], dumps: Any) -> tuple[bytes, np.ndarray]:
     """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes."""
     parts: list[bytes] = []
     offsets = [0]
     total = 0
     for value in props:
         if value:
-            data = _dumps(value)
+            data = dumps(value)
             parts.append(data)
             total += len(data)
         offsets.append(total)

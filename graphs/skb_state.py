@@ -29,13 +29,14 @@ import numpy as np
 
 from graphs.errors import IndexCorruptError
 from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
-from graphs.model import SKB
+from graphs.model import SKB, GraphSchema
 
 STATE_DIR = "state"
 _FORMAT = 1
 
 #: ``module:function`` producers run by ``skb index`` after the SKB is written; each takes
-#: ``(skb, state_dir)`` and writes its records with ``write_state``. Named, not imported, so the
+#: ``(skb, state_dir, schema)`` (``skb.schema()``, computed once per build) and writes its records
+#: with ``write_state``. Named, not imported, so the
 #: graph layer does not import the agent's modules until a build runs them.
 PRECOMPUTERS = ("agent.precomputed:precompute_lexicon", "agent.precomputed:precompute_scoring")
 
@@ -118,9 +119,10 @@ def _read(skb: SKB, name: str, digest: str) -> Record | None:
     return meta, arrays
 
 
-def precompute(skb: SKB, state_dir: Path) -> None:
+def precompute(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
     """Run every producer in ``PRECOMPUTERS`` on ``skb`` (a build step)."""
+    schema = schema if schema is not None else skb.schema()
     for spec in PRECOMPUTERS:
         module_name, func_name = spec.split(":")
-        func: Callable[[SKB, Path], None] = getattr(importlib.import_module(module_name), func_name)
-        func(skb, state_dir)
+        func: Callable[[SKB, Path, GraphSchema], None] = getattr(importlib.import_module(module_name), func_name)
+        func(skb, state_dir, schema)
