@@ -57,7 +57,7 @@ from graphs.sage_expand import expand as sage_expand
 from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
 from prompts import render_prompt
 from tools import make_tools
-from tools.common import schema_of
+from tools.common import prefetch_query, schema_of
 from tools.results import (
     CHARS_PER_TOKEN,
     TYPED_RESULTS,
@@ -447,6 +447,8 @@ class AgentGraph:
         degraded: list[str] = []
         offline = bool(state.get("planner_offline"))
         scratchpad = state.get("scratchpad") or []
+        if not state.get("step"):
+            self._prefetch_question_vector(cfg, state["question"], offline)
         reply: AIMessage | None = None
         budget_stop: str | None = None
         if not offline:
@@ -496,6 +498,15 @@ class AgentGraph:
             previous = (state.get("usage") or {}).get("act") or {}
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
         return update
+
+    def _prefetch_question_vector(self, cfg: AgentConfig, question: str, offline: bool) -> None:
+        """Start embedding the question on the tool pool when the planner says its first round will
+        need the vector (``wants_question_vector``): the forward pass then overlaps the planner's turn
+        instead of leading the first tool round. A planner without the hook gets no prefetch."""
+        model = self.offline_model(cfg) if offline else self.model(cfg)
+        wants = getattr(model, "wants_question_vector", None)
+        if callable(wants) and wants():
+            prefetch_query(self.bundle, question, _shared_pool())
 
     def run_tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         """Run the round's calls concurrently (they are independent by construction: one model turn),

@@ -42,7 +42,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
 from agent.ontology_scoring import AnnotationModel, find_hierarchy, link_matrix, model_for, schema_for
-from agent.path_planner import path_walk_message
+from agent.path_planner import path_walk_message, planner_for
 from graphs.errors import PlannerError
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
@@ -303,6 +303,12 @@ class OfflinePlanner(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "offline-planner"
+
+    def wants_question_vector(self) -> bool:
+        """Whether this planner's first round will need the question's embedding (its semantic_search
+        safety net and the relevance ranking of search_nodes), so the agent may start computing it early.
+        Not when relation paths are walked in Cypher (the profile's path planner): nothing embeds then."""
+        return self.use_semantic and planner_for(self.bundle) is None
 
     def bind_tools(
         self,

@@ -213,3 +213,46 @@ def test_run_concurrently_finishes_when_the_shared_pool_is_busy() -> None:
         release.set()
         for blocker in blockers:
             blocker.result()
+
+
+def test_offline_planner_question_vector_is_prefetched_once_and_reused(
+    hpo_bundle: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline planner's first round needs the question's vector: the agent starts it on the tool pool
+    before the planner's turn, and the tools wait for that one instead of computing their own. A planner
+    that does not ask for it (a scripted model here) gets no prefetch."""
+    from tools import common
+
+    calls: list[str] = []
+    real = common._embed_and_cache
+
+    def counted(embedder: Any, key: Any, text: str) -> Any:
+        calls.append(threading.current_thread().name)
+        return real(embedder, key, text)
+
+    monkeypatch.setattr(common, "_embed_and_cache", counted)
+    question = "Which disease shows a tower-shaped skull and fused fingers (prefetch test)?"
+    graph = AgentGraph(hpo_bundle, Config(policy="never")).compile()
+    started_before_tools = None
+    with hpo_bundle.pinned():
+        for update in graph.stream({"question": question}, stream_mode="updates"):
+            if "call_planner" in update and started_before_tools is None:
+                # the stream pauses here: the first round's tools have not run yet
+                with common._query_lock:
+                    started_before_tools = any(k[1] == question for k in [*common._pending, *common._query_cache])
+            if "finalize" in update:
+                result = update["finalize"]["result"]
+    assert started_before_tools is True
+    assert result.tool_calls >= 2
+    assert len(calls) == 1 and calls[0].startswith("skb-tool")  # computed once, in the background
+
+    calls.clear()
+    search = {
+        "name": "semantic_search",
+        "args": {"text": "webbed fingers (prefetch test)"},
+        "id": "s",
+        "type": "tool_call",
+    }
+    model = ScriptedChatModel([AIMessage(content="", tool_calls=[search]), _finish()])  # type: ignore[list-item]
+    AgentGraph(hpo_bundle, Config(policy="never", max_entities=0), model).compile().invoke({"question": "webbed"})
+    assert len(calls) == 1 and not calls[0].startswith("skb-tool")  # computed by the tool itself, on demand

@@ -11,6 +11,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from graphs.text_safety import clean_text
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
+    from graphs.embedder import Embedder
 
 QuestionGetter = Callable[[], "str | None"]
 
@@ -72,9 +74,45 @@ _query_lock = threading.Lock()
 _query_cache: OrderedDict[tuple[int, str], tuple[object, np.ndarray]] = OrderedDict()
 
 
+#: Query vectors being computed in the background (``prefetch_query``), by the same key as the cache.
+_pending: dict[tuple[int, str], Future[np.ndarray]] = {}
+
+
+def _embed_and_cache(embedder: Embedder, key: tuple[int, str], text: str) -> np.ndarray:
+    try:
+        vector = np.asarray(embedder.embed_query(text), dtype=np.float32)
+        vector.setflags(write=False)
+        with _query_lock:
+            _query_cache[key] = (embedder, vector)
+            while len(_query_cache) > _QUERY_CACHE_SIZE:
+                _query_cache.popitem(last=False)
+        return vector
+    finally:  # a failed prefetch is not waited for again: the next caller computes afresh
+        with _query_lock:
+            _pending.pop(key, None)
+
+
+def prefetch_query(bundle: IndexBundle, text: str, executor: Executor) -> None:
+    """Start computing the query vector of ``text`` on ``executor``; ``embed_query`` then waits for it
+    instead of computing it again.
+
+    Why: the question's vector is one MiniLM forward pass (about 1 GFLOP, the largest single cost of an
+    offline question) and the first tool round needs it; started when the question arrives, it runs on
+    another core while the planner decides that round's calls."""
+    embedder = bundle.embedder
+    text = clean_text(text)
+    key = (id(embedder), text)
+    with _query_lock:
+        hit = _query_cache.get(key)
+        if (hit is not None and hit[0] is embedder) or key in _pending:
+            return
+        _pending[key] = executor.submit(_embed_and_cache, embedder, key, text)
+
+
 def embed_query(bundle: IndexBundle, text: str) -> np.ndarray:
     """The query vector, memoised: one agent run ranks many tool results against the same question,
-    and a MiniLM forward pass costs far more than a lookup."""
+    and a MiniLM forward pass costs far more than a lookup. A prefetched vector still being computed
+    is waited for."""
     embedder = bundle.embedder
     text = clean_text(text)  # a lone surrogate makes the tokenizer raise TypeError
     key = (id(embedder), text)
@@ -83,13 +121,10 @@ def embed_query(bundle: IndexBundle, text: str) -> np.ndarray:
         if hit is not None and hit[0] is embedder:
             _query_cache.move_to_end(key)
             return hit[1]
-    vector = np.asarray(embedder.embed_query(text), dtype=np.float32)
-    vector.setflags(write=False)
-    with _query_lock:
-        _query_cache[key] = (embedder, vector)
-        while len(_query_cache) > _QUERY_CACHE_SIZE:
-            _query_cache.popitem(last=False)
-    return vector
+        pending = _pending.get(key)
+    if pending is not None:
+        return pending.result()
+    return _embed_and_cache(embedder, key, text)
 
 
 class EmbeddingMatrix:
