@@ -163,6 +163,11 @@ class AgentConfig(BaseModel):
         description="weight of a target's own annotations beside the evidence through finer-annotated "
         "intermediates (a gene's diseases); None: the profile's scoring.direct_weight",
     )
+    intermediate_temperature: float | None = Field(
+        default=None, ge=0.0, le=100.0,
+        description="soft maximum over a target's intermediates (a gene's diseases): 0 = the best one; None: the "
+        "profile's scoring.intermediate_temperature",
+    )
     link_confidence_power: float = Field(
         default=1.0, ge=0.0, le=10.0,
         description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power, "
@@ -172,7 +177,7 @@ class AgentConfig(BaseModel):
     def scoring_overrides(self) -> dict[str, float]:
         """The ontology-scoring weights set here (the rest come from the domain profile)."""
         values = {"frequency_mix": self.frequency_mix, "size_penalty": self.size_penalty,
-                  "direct_weight": self.direct_weight}
+                  "direct_weight": self.direct_weight, "intermediate_temperature": self.intermediate_temperature}
         return {k: float(v) for k, v in values.items() if v is not None}
 
     def clause_settings(self) -> ClauseSettings | None:

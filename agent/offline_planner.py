@@ -170,7 +170,12 @@ def _via_intermediate(
     features: Features | None = None,
     scoring: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Target score = best score of an intermediate node it is linked to (e.g. gene <- its diseases)."""
+    """Target score from the scores of the intermediate nodes it is linked to (e.g. gene <- its diseases).
+
+    With ``intermediate_temperature`` T = 0 the best intermediate's score; with T > 0 a soft maximum,
+    ``T * log(sum_i exp(s_i / T))``: a target linked to several well-matching intermediates (a gene
+    behind an allelic series of diseases) is more likely than one behind a single lucky match, and
+    the soft maximum never falls below the best score."""
     mid_scores = _score(mid_model, query, features, scoring)
     shifted = (mid_scores - float(mid_scores.min()) + 1e-6).astype(np.float32)
     links = link_matrix(skb, step_rel, target, mid_model)
@@ -179,12 +184,32 @@ def _via_intermediate(
     out: dict[str, float] = {}
     if not present:
         return out
-    sub = links.matrix[[rows[i] for i in present]]
-    best = np.asarray(sub.multiply(shifted[np.newaxis, :]).tocsr().max(axis=1).todense()).ravel()
+    sub = links.matrix[[rows[i] for i in present]].tocsr()
+    temperature = float((scoring or {}).get("intermediate_temperature", profile_for(skb).scoring.intermediate_temperature))
+    if temperature > 0:
+        best = _soft_max_rows(sub, shifted, temperature)
+    else:
+        best = np.asarray(sub.multiply(shifted[np.newaxis, :]).tocsr().max(axis=1).todense()).ravel()
     for i, val in zip(present, best):
         if val > 0:
             out[targets[i]] = float(val)
     return out
+
+
+def _soft_max_rows(sub: Any, values: np.ndarray, temperature: float) -> np.ndarray:
+    """Per row of the 0/1 CSR matrix ``sub``: ``T * log(sum over its columns c of exp(values[c] / T))`` (0 if empty)."""
+    vals = values[sub.indices].astype(np.float64)
+    starts, lengths = sub.indptr[:-1], np.diff(sub.indptr)
+    nonempty = lengths > 0
+    best = np.zeros(len(lengths), dtype=np.float64)
+    if not nonempty.any():
+        return best
+    peak = np.zeros(len(lengths), dtype=np.float64)
+    peak[nonempty] = np.maximum.reduceat(vals, starts[nonempty])
+    total = np.zeros(len(lengths), dtype=np.float64)
+    total[nonempty] = np.add.reduceat(np.exp((vals - np.repeat(peak, lengths)) / temperature), starts[nonempty])
+    best[nonempty] = peak[nonempty] + temperature * np.log(total[nonempty])
+    return best
 
 
 def _source_groups(linked: Sequence[Mapping[str, Any]], target: str) -> dict[str, list[str]]:

@@ -280,3 +280,31 @@ def test_phrase_artifact_listed_as_large_data_files_still_loads(
         assert "phrases/phrases.bin" in bundle.manifest.data_files
         index = phrase_index_for(bundle)
         assert index is not None and "C_KETTLE" in index.keys
+
+
+# -- soft maximum over intermediates (a gene's diseases), hand-computed ---------------------------
+
+
+def test_soft_max_over_intermediates_counts_several_good_ones() -> None:
+    skb = tiny_skb()
+    for group, items in {"G1": ["I1", "I4"], "G2": ["I4"], "G3": ["I2"]}.items():
+        skb.add_node(Node(group, "Group", {"name": f"group {group}"}))
+        for item in items:
+            skb.add_edge(Edge(item, "MEMBER_OF", group))
+    linked = [{"key": "A1", "label": "Term", "mention": "a1"}]
+    path = [
+        {"rel": "ANNOTATED", "direction": "in", "to_label": "Item"},
+        {"rel": "MEMBER_OF", "direction": "out", "to_label": "Group"},
+    ]
+    plain = {"frequency_mix": 0.0, "size_penalty": 0.0}
+    # item scores for A1 (shifted by the minimum, I3's 0): I1 ln 2, I2 ln 4/3, I4 ln 2
+    hard = dict(rank_targets(skb, "Group", linked, [path], ["G1", "G2", "G3"], scoring={**plain}))
+    assert hard["G1"] == pytest.approx(LN2, abs=1e-4) and hard["G2"] == pytest.approx(LN2, abs=1e-4)
+    assert hard["G3"] == pytest.approx(LN43, abs=1e-4)
+    soft = dict(
+        rank_targets(skb, "Group", linked, [path], ["G1", "G2", "G3"], scoring={**plain, "intermediate_temperature": 1.0})
+    )
+    assert soft["G1"] == pytest.approx(LN2 + math.log(2.0), abs=1e-4)  # two items at ln 2: + T log 2
+    assert soft["G2"] == pytest.approx(LN2, abs=1e-4)
+    assert soft["G3"] == pytest.approx(LN43, abs=1e-4)
+    assert AgentConfig(intermediate_temperature=1.0).scoring_overrides() == {"intermediate_temperature": 1.0}

@@ -144,6 +144,9 @@ class ScoringSpec(_Strict):
     direct_weight: float = Field(default=0.01, ge=0.0)
     """Weight of a target's own annotations when a finer-annotated intermediate also scores it (a gene
     through its diseases): the intermediate's best score leads, the direct score is added times this."""
+    intermediate_temperature: float = Field(default=0.0, ge=0.0)
+    """Soft maximum over a target's intermediates (a gene's diseases): 0 takes the best one; T > 0
+    adds ``T * log(sum exp((s_i - best) / T))``, so several good intermediates count (see rank_targets)."""
     symmetric: float = Field(default=0.0, ge=0.0)
     """Weight of the target->query match (mean over a target's annotations of their best match in the
     query, times the query size): rewards targets whose own annotations the question explains."""
