@@ -33,8 +33,10 @@ NAMES = "names"
 SCORING = "scoring"
 
 
-def _profile_json(skb: SKB) -> str:
-    return profile_for(skb).model_dump_json()
+def _profile_json(skb: SKB, section: str) -> str:
+    """The profile section a record depends on (``linking`` for the lexicon, ``scoring`` for the models):
+    a new knob elsewhere in the profile does not retire a valid record."""
+    return str(getattr(profile_for(skb), section).model_dump_json())
 
 
 _DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
@@ -68,7 +70,7 @@ def lexicon_digest(skb: SKB) -> str:
 
         code = _code(ln.build_lexicon, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
                      sorted(ln.FRAME_WORDS), ln._ACRONYM.pattern)
-        per[LEXICON] = digest_of(code, _profile_json(skb))
+        per[LEXICON] = digest_of(code, _profile_json(skb, "linking"))
     return per[LEXICON]
 
 
@@ -80,7 +82,7 @@ def scoring_digest(skb: SKB) -> str:
 
         code = _code(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
                      os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
-        per[SCORING] = digest_of(code, source_digest("graphs.model"), _profile_json(skb))
+        per[SCORING] = digest_of(code, source_digest("graphs.model"), _profile_json(skb, "scoring"))
     return per[SCORING]
 
 
