@@ -601,7 +601,11 @@ def llm_plan(
     def shorter(history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """The repair keeps the first prompt when both calls fit ``plan_prompt_tokens`` (servers reuse the
         cached prefix, so the repair costs only the new turn); else it carries the schema as names only."""
-        if 2 * first_tokens + REPAIR_TOKENS <= config.plan_prompt_tokens:
+        # the first call's real prompt size when the server reported it (chars/4 underestimates JSON and keys)
+        replies = [m for m in history if isinstance(m, AIMessage)]
+        meta: Mapping[str, Any] = (replies[0].usage_metadata or {}) if replies else {}
+        first = int(meta.get("input_tokens", 0) or 0) or first_tokens
+        if 2 * first + REPAIR_TOKENS <= config.plan_prompt_tokens:
             return list(history)
         compact = _plan_messages(question, schema, linked, config, once, schema_text=compact_schema_text(schema))
         return [compact[0], *history[1:]]

@@ -107,6 +107,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "valid_first_try": sum(1 for p in plans if p.get("valid_first_try")) / n if plans else None,
             "valid_after_repair": sum(1 for p in plans if p.get("valid")) / n if plans else None,
             "near_json_fixed": sum(1 for p in plans if p.get("fixes")) if plans else None,
+            "paths_from_llm": sum(1 for p in plans if p.get("valid") and "relation_paths" not in p.get("completed", []))
+            / n if plans else None,
+            "target_from_llm": sum(1 for p in plans if p.get("valid") and "target_type" not in p.get("completed", []))
+            / n if plans else None,
             "llm_calls_mean": statistics.fmean(r["llm_calls"] for r in mine),
             "llm_calls_max": max(r["llm_calls"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),

@@ -148,9 +148,12 @@ def test_malformed_plan_is_repaired_in_one_round(hpo_bundle: Any) -> None:
     assert result.llm_calls == 3 and result.usage_by_stage["plan"].llm_calls == 2
     assert result.context[0].key == APERT_KEY
 
-    # a tighter budget: the repair carries the schema as names only, so it costs fewer tokens than the first call
-    model = ScriptedChatModel([plan_call(bad), plan_call(GOOD_PLAN), turn(("finish", {"keys": [APERT_KEY]}))])
-    result = ask(APERT, bundle=hpo_bundle, config=config(plan_prompt_tokens=1500), chat_model=model)
+    # the server reports a first prompt of 1,400 tokens: two of them do not fit plan_prompt_tokens=3000, so the
+    # repair carries the schema as names only and costs fewer tokens than the first call
+    model = ScriptedChatModel(
+        [plan_call(bad, tokens=(1400, 60)), plan_call(GOOD_PLAN), turn(("finish", {"keys": [APERT_KEY]}))]
+    )
+    result = ask(APERT, bundle=hpo_bundle, config=config(), chat_model=model)
     repair = model.calls[1]
     assert result.plan is not None and result.plan["repaired"]
     assert isinstance(repair[0], SystemMessage) and len(str(repair[0].content)) < len(str(model.calls[0][0].content))
