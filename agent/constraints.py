@@ -44,8 +44,8 @@ from pydantic import BaseModel, Field
 from agent.structured import OutputMode, bind_structured, structured_call
 from graphs.errors import SKBError
 from graphs.model import SKB, GraphSchema
+from graphs.store.aggregate import JoinCondition, JoinTriplet, constraint_join_query
 from graphs.store.cypher_guard import check_against_schema
-from graphs.store.props import quote_name
 from graphs.text_safety import quoted
 from prompts import render_prompt
 
@@ -140,53 +140,14 @@ def relaxation_order(constraints: Sequence[Constraint]) -> list[Constraint]:
     return sorted(constraints, key=lambda c: (c.confidence, 0 if c.kind == "attribute" else 1, -c.position))
 
 
-def _pattern(relation: str | None, direction: Direction) -> str:
-    rel = f"[:{quote_name(relation)}]" if relation else "[]"
-    return {"out": f"-{rel}->", "in": f"<-{rel}-", "any": f"-{rel}-"}[direction]
-
-
-_OPS = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
-
 def join_query(target: str, constraints: Sequence[Constraint], limit: int) -> tuple[str, dict[str, Any]]:
-    """The read-only node-set join for ``constraints`` on answers of label ``target``.
-
-    Each triplet adds ``MATCH (x)-[r]-(aN) WHERE aN.key IN $aN`` followed by ``WITH x, <counts>``
-    (the join on x); attribute conditions filter the survivors; ``support`` is the number of anchors
-    reached, the order within one relaxation step."""
+    """The read-only node-set join for ``constraints`` on answers of label ``target`` (query text is
+    built in the store layer: ``graphs.store.aggregate.constraint_join_query``)."""
     if not constraints:
         raise ValueError("a join needs at least one constraint")
-    params: dict[str, Any] = {"limit": int(limit)}
-    lines: list[str] = []
-    counts: list[str] = []
-    label = quote_name(target)
-    triplets = [c for c in constraints if c.kind == "triplet"]
-    if not triplets:
-        lines.append(f"MATCH (x:{label})")
-    for n, c in enumerate(triplets):
-        arrow = _pattern(c.relation, c.direction)
-        head = f"(x:{label})" if n == 0 else "(x)"
-        lines.append(f"MATCH {head}{arrow}(a{n}) WHERE a{n}.key IN $a{n}")
-        params[f"a{n}"] = list(c.anchors)
-        counts.append(f"count(DISTINCT a{n}) AS s{n}")
-        kept = [f"s{i}" for i in range(n)]
-        lines.append("WITH " + ", ".join(["x", *kept, counts[-1]]))
-    conditions: list[str] = []
-    for n, c in enumerate(c for c in constraints if c.kind == "attribute"):
-        prop = f"x.{quote_name(str(c.property))}"
-        params[f"v{n}"] = c.value
-        if c.op == "contains":
-            conditions.append(f"toLower(toString({prop})) CONTAINS toLower(toString($v{n}))")
-        else:
-            conditions.append(f"{prop} {_OPS[c.op]} $v{n}")
-    if conditions:
-        if not triplets:
-            lines.append("WHERE " + " AND ".join(conditions))
-        else:
-            lines.append("WITH * WHERE " + " AND ".join(conditions))
-    support = " + ".join(f"s{i}" for i in range(len(triplets))) or "1"
-    lines.append(f"RETURN x.key AS key, {support} AS support ORDER BY support DESC, key LIMIT $limit")
-    return "\n".join(lines), params
+    triplets = [JoinTriplet(c.relation, c.direction, list(c.anchors)) for c in constraints if c.kind == "triplet"]
+    conditions = [JoinCondition(str(c.property), c.op, c.value) for c in constraints if c.kind == "attribute"]
+    return constraint_join_query(target, triplets, conditions, limit)
 
 
 # -- extraction -----------------------------------------------------------------------------------

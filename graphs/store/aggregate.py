@@ -130,3 +130,66 @@ def path_walk_query(start_label: str, hops: Sequence[tuple[str, Literal["out", "
         f"MATCH {''.join(parts)} WHERE {where} "
         f"RETURN {end}.key AS key, count(*) AS walks ORDER BY walks DESC, key LIMIT {int(limit)}"
     )
+
+
+JoinDirection = Literal["out", "in", "any"]
+JOIN_OPERATORS: dict[str, str] = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+"""Comparison operators of attribute conditions (plus ``contains``, a case-insensitive substring test)."""
+
+
+class JoinTriplet(NamedTuple):
+    """``(x)-[relation]-(anchor)`` with the anchor among ``anchors`` (a relation of None: any)."""
+
+    relation: str | None
+    direction: JoinDirection
+    anchors: list[str]
+
+
+class JoinCondition(NamedTuple):
+    """``x.property <op> value``; the value travels as a parameter."""
+
+    property: str
+    op: str
+    value: Any
+
+
+def _join_pattern(relation: str | None, direction: JoinDirection) -> str:
+    rel = f"[:{quote_name(relation)}]" if relation else "[]"
+    return {"out": f"-{rel}->", "in": f"<-{rel}-", "any": f"-{rel}-"}[direction]
+
+
+def constraint_join_query(
+    target: str, triplets: Sequence[JoinTriplet], conditions: Sequence[JoinCondition], limit: int
+) -> tuple[str, dict[str, Any]]:
+    """One read-only node-set join: answers of label ``target`` adjacent to anchors of every triplet
+    and meeting every condition, with ``support`` (anchors reached) as the order.
+
+    Each triplet adds ``MATCH (x)-[r]-(aN) WHERE aN.key IN $aN`` then ``WITH x, <counts>`` (the join on
+    x); conditions filter the survivors. Names are backtick-quoted, values and keys are parameters."""
+    if not triplets and not conditions:
+        raise ValueError("a join needs at least one constraint")
+    params: dict[str, Any] = {"limit": int(limit)}
+    lines: list[str] = []
+    label = quote_name(target)
+    if not triplets:
+        lines.append(f"MATCH (x:{label})")
+    for n, t in enumerate(triplets):
+        head = f"(x:{label})" if n == 0 else "(x)"
+        lines.append(f"MATCH {head}{_join_pattern(t.relation, t.direction)}(a{n}) WHERE a{n}.key IN $a{n}")
+        params[f"a{n}"] = list(t.anchors)
+        lines.append("WITH " + ", ".join(["x", *(f"s{i}" for i in range(n)), f"count(DISTINCT a{n}) AS s{n}"]))
+    where: list[str] = []
+    for n, c in enumerate(conditions):
+        prop = f"x.{quote_name(c.property)}"
+        params[f"v{n}"] = c.value
+        if c.op == "contains":
+            where.append(f"toLower(toString({prop})) CONTAINS toLower(toString($v{n}))")
+        elif c.op in JOIN_OPERATORS:
+            where.append(f"{prop} {JOIN_OPERATORS[c.op]} $v{n}")
+        else:
+            raise ValueError(f"unknown operator {c.op!r}; use one of {sorted([*JOIN_OPERATORS, 'contains'])}")
+    if where:
+        lines.append(("WHERE " if not triplets else "WITH * WHERE ") + " AND ".join(where))
+    support = " + ".join(f"s{i}" for i in range(len(triplets))) or "1"
+    lines.append(f"RETURN x.key AS key, {support} AS support ORDER BY support DESC, key LIMIT $limit")
+    return "\n".join(lines), params
