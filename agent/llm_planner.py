@@ -445,6 +445,18 @@ def validate_plan(
                     fixes.append(f"{here}: direction {step.direction!r} -> {other!r} ({step.rel} reaches {step.to_label} only that way)")
                     step.direction = other  # type: ignore[assignment]
                     froms = flipped
+                elif at is not None and froms and not froms & at:
+                    # the stored edge written instead of the walk ("HAS_PHENOTYPE -> Phenotype" from a Phenotype):
+                    # walk the relation from where the path is, when that reaches exactly one label
+                    walks = {t for f, t in patterns.get((step.rel, other), set()) if f in at}
+                    if len(walks) == 1:
+                        (end,) = walks
+                        fixes.append(
+                            f"{here}: read as the walk along {step.rel} from {', '.join(sorted(at))}: "
+                            f"direction {other!r}, to_label {end!r} (was {step.direction!r}, {step.to_label!r})"
+                        )
+                        step.direction, step.to_label = other, end  # type: ignore[assignment]
+                        froms = froms_of(step.rel, other, end)
             if not froms:
                 ends = sorted({t for _, t in patterns.get((step.rel, step.direction), set())})
                 return (

@@ -159,6 +159,19 @@ def test_malformed_plan_is_repaired_in_one_round(hpo_bundle: Any) -> None:
     assert isinstance(repair[0], SystemMessage) and len(str(repair[0].content)) < len(str(model.calls[0][0].content))
 
 
+def test_a_stored_edge_written_instead_of_the_walk_is_read_as_the_walk() -> None:
+    """The 1.5B model's commonest slip on HPO: from linked Phenotypes it wrote {HAS_PHENOTYPE, to_label: Phenotype}
+    (the stored edge Disease->Phenotype); from an Author, {WROTE, to_label: Paper} the other way round here."""
+    linked = [{"key": "p1", "label": "Paper", "name": "On graphs"}]
+    plan = PlanSpec(target_type="Author", relation_paths=[[step("WROTE", "out", "Paper")]])
+    fixes: list[str] = []
+    assert validate_plan(plan, paper_schema(), 2, linked, fixes) == []
+    assert plan.relation_paths[0][0].direction == "in" and plan.relation_paths[0][0].to_label == "Author"
+    assert "read as the walk along WROTE from Paper" in fixes[0]
+    strict = PlanSpec(target_type="Author", relation_paths=[[step("WROTE", "out", "Paper")]])
+    assert validate_plan(strict, paper_schema(), 2, linked)  # without fixes: reported, not changed
+
+
 def test_slips_are_corrected_without_a_repair_call(hpo_bundle: Any) -> None:
     """A hop the wrong way round is flipped (only one direction reaches its label); an invalid path next to
     a valid one is dropped. Both are reported as fixes, and no second call is made."""
