@@ -207,16 +207,12 @@ class PathPlanner:
 
     def first_hops(self, key: str) -> list[Hop]:
         """The relations (with directions) the node actually has."""
-        seen: dict[tuple[str, str], Hop] = {}
-        for edge in self.skb.out_edges(key):
-            sig = self.sigs.get(edge.rel)
-            if sig and (edge.rel, "out") not in seen:
-                seen[(edge.rel, "out")] = Hop(edge.rel, "out", sig[1])
-        for edge in self.skb.in_edges(key):
-            sig = self.sigs.get(edge.rel)
-            if sig and (edge.rel, "in") not in seen:
-                seen[(edge.rel, "in")] = Hop(edge.rel, "in", sig[0])
-        return list(seen.values())
+        hops: list[Hop] = []
+        for rel, direction in self.skb.relations_at(key):
+            sig = self.sigs.get(rel)
+            if sig:
+                hops.append(Hop(rel, direction, sig[1] if direction == "out" else sig[0]))
+        return hops
 
     # -- text ------------------------------------------------------------------------------
     def _alias_table(self) -> dict[str, list[tuple[str, ...]]]:
@@ -588,7 +584,7 @@ FINISH_KEYS = 100
 
 
 def _degree(skb: SKB, key: str) -> int:
-    return sum(1 for _ in skb.out_edges(key)) + sum(1 for _ in skb.in_edges(key))
+    return skb.degree(key)
 
 
 def _plan_start(messages: Sequence[Any]) -> int:

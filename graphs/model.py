@@ -252,6 +252,21 @@ class SKB:
         _, inc = self._adjacency()
         return (self.edges[i] for i in inc.get(key, ()))
 
+    def degree(self, key: str) -> int:
+        """How many edges touch ``key`` (out + in), without building them."""
+        out, inc = self._adjacency()
+        return len(out.get(key, ())) + len(inc.get(key, ()))
+
+    def relations_at(self, key: str) -> list[tuple[str, Literal["out", "in"]]]:
+        """The (relation, direction) pairs of the node's edges, outgoing first, each in first-edge order.
+        Why: planners ask which relations a hub has; they need not materialise its thousands of edges."""
+        seen: dict[tuple[str, Literal["out", "in"]], None] = {}
+        for edge in self.out_edges(key):
+            seen.setdefault((edge.rel, "out"))
+        for edge in self.in_edges(key):
+            seen.setdefault((edge.rel, "in"))
+        return list(seen)
+
     def node_text(self, key: str) -> str:
         """The text embedded and BM25-indexed for a node, from its type's template."""
         node = self.nodes[key]

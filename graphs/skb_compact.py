@@ -30,7 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
@@ -391,6 +391,28 @@ class CompactSKB(SKB):
             return iter(())
         ids = self._in_idx[self._in_ptr[i] : self._in_ptr[i + 1]].tolist()
         return (self._edge_at(j) for j in ids)
+
+    def degree(self, key: str) -> int:
+        i = self._index.get(key)
+        if i is None:
+            return 0
+        return int(self._out_ptr[i + 1] - self._out_ptr[i] + self._in_ptr[i + 1] - self._in_ptr[i])
+
+    def relations_at(self, key: str) -> list[tuple[str, Literal["out", "in"]]]:
+        i = self._index.get(key)
+        if i is None:
+            return []
+        found: list[tuple[str, Literal["out", "in"]]] = []
+        sides: tuple[tuple[np.ndarray, np.ndarray, Literal["out", "in"]], ...] = (
+            (self._out_ptr, self._out_idx, "out"),
+            (self._in_ptr, self._in_idx, "in"),
+        )
+        for ptr, idx, direction in sides:
+            rel_ids = self._edge_rel[idx[ptr[i] : ptr[i + 1]]]
+            if len(rel_ids):
+                uniq, first = np.unique(rel_ids, return_index=True)
+                found.extend((self._rels[int(r)], direction) for r in uniq[np.argsort(first)])
+        return found
 
     def stats(self) -> dict[str, Any]:
         node_counts = np.bincount(self._node_label, minlength=len(self._labels))

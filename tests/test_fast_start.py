@@ -58,6 +58,14 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
         assert list(skb.out_edges(key)) == list(hpo_mini_skb.out_edges(key))
         assert list(skb.in_edges(key)) == list(hpo_mini_skb.in_edges(key))
         assert skb.node_text(key) == hpo_mini_skb.node_text(key)
+        # counted and listed from the arrays, without building edges; the same as the parsed SKB's
+        assert skb.degree(key) == hpo_mini_skb.degree(key) == len(list(hpo_mini_skb.out_edges(key))) + len(
+            list(hpo_mini_skb.in_edges(key))
+        )
+        expected_rels = list(dict.fromkeys([(e.rel, "out") for e in hpo_mini_skb.out_edges(key)]
+                                           + [(e.rel, "in") for e in hpo_mini_skb.in_edges(key)]))
+        assert skb.relations_at(key) == hpo_mini_skb.relations_at(key) == expected_rels
+    assert skb.degree("nope") == 0 and skb.relations_at("nope") == []
     assert list(skb.edges) == list(hpo_mini_skb.edges)
     assert skb.edges[3] == hpo_mini_skb.edges[3] and skb.edges[-1] == hpo_mini_skb.edges[-1]
     assert skb.stats() == hpo_mini_skb.stats()
