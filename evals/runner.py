@@ -11,6 +11,7 @@ in one file, so it is refused.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -190,6 +191,21 @@ def _retrieve(retriever: Retriever, question: Question, known: Container[str] | 
     return score_question(question, retrieval, known=known, elapsed_ms=elapsed)
 
 
+#: Questions after which a run's heap counts as warm (caches filled, lazily opened parts loaded).
+WARM_QUESTIONS = 20
+
+
+def settle_heap() -> None:
+    """Collect once, then freeze what survives (the index's tables, caches, modules).
+
+    Why: a warm agent process holds millions of long-lived objects; every full cyclic collection
+    rescanned them all, a pause of 100-300 ms that landed on a random question (HPO dev, 300
+    questions, quiet 2 cores: p95 145 / 107 ms plain, 101 / 86 ms frozen; p50 unchanged). Frozen
+    objects are never scanned again; everything allocated later is collected as usual."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_method(
     retriever: Retriever,
     questions: Sequence[Question],
@@ -225,8 +241,10 @@ def run_method(
                 advance()
 
         if workers == 1:
-            for question in pending:
+            for n, question in enumerate(pending, 1):
                 record(_retrieve(retriever, question, known))
+                if n == WARM_QUESTIONS:
+                    settle_heap()
         else:
             _run_threaded(retriever, pending, known, workers, record)
         handle.flush()

@@ -170,3 +170,21 @@ def test_result_lines_hold_ranking_metrics_and_unknown_answers(tmp_path: Path) -
 def test_method_dir_names_are_portable() -> None:
     assert method_dir_name("agent+sage:skip-when-explicit-edges") == "agent+sage_skip-when-explicit-edges"
     assert method_dir_name("hybrid+sage") == "hybrid+sage"
+
+
+def test_a_sequential_run_freezes_its_heap_once_warm(tmp_path: Path) -> None:
+    """After WARM_QUESTIONS questions the survivors are frozen (full collections stop rescanning the
+    index's tables); a shorter run leaves the collector alone."""
+    import gc
+
+    from evals.runner import WARM_QUESTIONS
+
+    gc.unfreeze()
+    try:
+        run_method(StaticRetriever("static", rankings(5)), make_questions(5), tmp_path / "short", progress=False)
+        assert gc.get_freeze_count() == 0
+        n = WARM_QUESTIONS + 3
+        run_method(StaticRetriever("static", rankings(n)), make_questions(n), tmp_path / "warm", progress=False)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
