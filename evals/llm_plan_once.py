@@ -127,16 +127,22 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def runner_arguments(description: str, n: int) -> argparse.ArgumentParser:
+    """The options both real-model runners share (this one and ``evals.llm_stages``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--bench", type=Path, required=True)
     parser.add_argument("--index-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--stratify", default=None, help="bench column to spread the questions over (e.g. style)")
     parser.add_argument("--model", default=os.environ.get("SKB_OPENAI_MODEL", "local"))
     parser.add_argument("--method", action="append", choices=METHODS, help="default: both")
     parser.add_argument("--set", action="append", default=[], help="AgentConfig KEY=JSON for both methods")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = runner_arguments(__doc__.split("\n\n")[0], n=20)
     parser.add_argument("--run-first", type=int, default=None, help="run only the first K picked questions now")
     args = parser.parse_args(argv)
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}

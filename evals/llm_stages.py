@@ -12,22 +12,18 @@ The model is whatever OPENAI_BASE_URL / OPENAI_API_KEY point at (a measuring ins
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agent import AgentConfig, ask
 from evals.bench import Question, load_bench
-from evals.llm_plan_once import config_for, pick
+from evals.llm_plan_once import METHODS, config_for, pick, runner_arguments
 from graphs.bundle import IndexBundle
 
-METHODS = ("plan-once", "offline")
 STAGES = ("plan", "act", "constraints", "rerank")
 
 
@@ -110,16 +106,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bench", type=Path, required=True)
-    parser.add_argument("--index-dir", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--n", type=int, default=10)
-    parser.add_argument("--stratify", default=None)
-    parser.add_argument("--model", default=os.environ.get("SKB_OPENAI_MODEL", "local"))
-    parser.add_argument("--method", action="append", choices=METHODS, help="default: both")
-    parser.add_argument("--set", action="append", default=[], help="AgentConfig KEY=JSON for both methods")
-    args = parser.parse_args(argv)
+    args = runner_arguments(__doc__.split("\n\n")[0], n=10).parse_args(argv)
     overrides: dict[str, Any] = {"constraints": True, "rerank": "listwise"}
     overrides.update({k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)})
     questions = pick(load_bench(args.bench), args.n, args.stratify)
