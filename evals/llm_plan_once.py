@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,36 @@ def runner_arguments(description: str, n: int) -> argparse.ArgumentParser:
     return parser
 
 
+RunOne = Callable[[IndexBundle, Question, AgentConfig, str], dict[str, Any]]
+
+
+def run_rows(
+    out: Path,
+    index_dir: Path,
+    questions: Sequence[Question],
+    configs: Sequence[tuple[str, AgentConfig]],
+    run: RunOne,
+    describe: Callable[[dict[str, Any]], str],
+) -> list[dict[str, Any]]:
+    """Run every (method, question) not yet in ``<out>/rows.jsonl``, appending a row each (a real model
+    takes minutes per question: a stopped run resumes). Returns all rows, old and new."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path = out / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
+    done = {(r["id"], r["method"]) for r in rows}
+    with IndexBundle.open(index_dir) as bundle, rows_path.open("a") as sink:
+        for method, cfg in configs:
+            for q in questions:
+                if (q.id, method) in done:
+                    continue
+                row = run(bundle, q, cfg, method)
+                rows.append(row)
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+                print(f"[{method}] {q.id}: {describe(row)}", file=sys.stderr, flush=True)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = runner_arguments(__doc__.split("\n\n")[0], n=20)
     parser.add_argument("--run-first", type=int, default=None, help="run only the first K picked questions now")
@@ -148,23 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     methods = args.method or list(METHODS)
     questions = pick(load_bench(args.bench), args.n, args.stratify)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows_path = args.out / "rows.jsonl"
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
-    done = {(r["id"], r["method"]) for r in rows}
-    with IndexBundle.open(args.index_dir) as bundle, rows_path.open("a") as sink:
-        for method in methods:
-            cfg = config_for(method, args.model, overrides)
-            for q in questions[: args.run_first]:
-                if (q.id, method) in done:
-                    continue
-                row = run_one(bundle, q, cfg, method)
-                rows.append(row)
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
-                print(f"[{method}] {q.id}: hit1={row['hit1']} calls={row['llm_calls']} "
-                      f"prompt={row['prompt_tokens']} wall={row['wall_s']}s plan={row['plan'].get('valid')}",
-                      file=sys.stderr, flush=True)
+    rows = run_rows(
+        args.out, args.index_dir, questions[: args.run_first],
+        [(method, config_for(method, args.model, overrides)) for method in methods], run_one,
+        lambda row: (f"hit1={row['hit1']} calls={row['llm_calls']} prompt={row['prompt_tokens']} "
+                     f"wall={row['wall_s']}s plan={row['plan'].get('valid')}"),
+    )
     summary = {"bench": str(args.bench), "index_dir": str(args.index_dir), "n": len(questions),
                "model": args.model, "overrides": overrides, "methods": summarize(rows)}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

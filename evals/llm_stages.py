@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from agent import AgentConfig, ask
 from evals.bench import Question, load_bench
-from evals.llm_plan_once import METHODS, config_for, pick, runner_arguments
+from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments
 from graphs.bundle import IndexBundle
 
 STAGES = ("plan", "act", "constraints", "rerank")
@@ -110,24 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides: dict[str, Any] = {"constraints": True, "rerank": "listwise"}
     overrides.update({k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)})
     questions = pick(load_bench(args.bench), args.n, args.stratify)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows_path = args.out / "rows.jsonl"
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
-    done = {(r["id"], r["method"]) for r in rows}
-    with IndexBundle.open(args.index_dir) as bundle, rows_path.open("a") as sink:
-        for method in args.method or list(METHODS):
-            # the offline planner has no model to rerank with: the stage would only note that
-            cfg = config_for(method, args.model, {**overrides, "rerank": "none"} if method == "offline" else overrides)
-            for q in questions:
-                if (q.id, method) in done:
-                    continue
-                row = run_one(bundle, q, cfg, method)
-                rows.append(row)
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
-                print(f"[{method}] {q.id}: hit1={row['hit1']} calls={row['llm_calls']} prompt={row['prompt_tokens']} "
-                      f"wall={row['wall_s']}s constraints={row['constraints']} rerank={row['rerank']}",
-                      file=sys.stderr, flush=True)
+    # the offline planner has no model to rerank with: the stage would only note that
+    configs = [(method, config_for(method, args.model, {**overrides, "rerank": "none"} if method == "offline"
+                                   else overrides)) for method in args.method or list(METHODS)]
+    rows = run_rows(
+        args.out, args.index_dir, questions, configs, run_one,
+        lambda row: (f"hit1={row['hit1']} calls={row['llm_calls']} prompt={row['prompt_tokens']} "
+                     f"wall={row['wall_s']}s constraints={row['constraints']} rerank={row['rerank']}"),
+    )
     summary = {"bench": str(args.bench), "index_dir": str(args.index_dir), "n": len(questions), "model": args.model,
                "overrides": overrides, "methods": summarize(rows)}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
