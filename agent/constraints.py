@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from agent.structured import OutputMode, bind_structured, structured_call
+from agent.structured import OutputMode, bind_structured, compact_schema_text, structured_call
 from graphs.errors import SKBError
 from graphs.model import SKB, GraphSchema
 from graphs.store.aggregate import JoinCondition, JoinTriplet, constraint_join_query
@@ -217,9 +217,7 @@ def constraint_messages(
         entities = entities[:-1]
         messages = render(schema.render(), entities)
     if size(messages) > budget_tokens:
-        names = ["Node labels: " + ", ".join(schema.label_names()), "Relationships:"]
-        names += [f"- (:{r.src_label})-[:{r.rel}]->(:{r.dst_label})" for r in schema.relations]
-        messages = render("\n".join(names), entities)
+        messages = render(compact_schema_text(schema), entities)
     return messages
 
 

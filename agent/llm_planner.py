@@ -26,7 +26,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from agent.config import AgentConfig
 from agent.offline_planner import OfflinePlanner
-from agent.structured import bind_structured, compact_schema, structured_call, tool_spec
+from agent.structured import bind_structured, compact_schema, compact_schema_text, structured_call, tool_spec
 from graphs.errors import ConfigError, PlannerError
 from graphs.model import GraphSchema
 from graphs.text_safety import quoted
@@ -512,13 +512,6 @@ def plan_parameters(
     if "search_text" in props:
         props["search_text"] = {**props["search_text"], "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}
     return params
-
-
-def compact_schema_text(schema: GraphSchema) -> str:
-    """Labels and relationship patterns only: what a repair needs, in a fraction of the tokens."""
-    lines = ["Node labels: " + ", ".join(schema.label_names()), "Relationships:"]
-    lines += [f"- (:{r.src_label})-[:{r.rel}]->(:{r.dst_label})" for r in schema.relations]
-    return "\n".join(lines)
 
 
 class InvalidPlanError(PlannerError):

@@ -29,6 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from pydantic import BaseModel, ValidationError
 
 from graphs.errors import PlannerError
+from graphs.model import GraphSchema
 
 T = TypeVar("T", bound=BaseModel)
 OutputMode = Literal["tool", "text"]
@@ -326,3 +327,11 @@ def require(outcome: StructuredOutcome[T], what: str) -> T:
     if outcome.value is None:
         raise PlannerError(f"{what} invalid after {outcome.attempts} attempt(s): {' | '.join(outcome.errors)}")
     return outcome.value
+
+
+def compact_schema_text(schema: GraphSchema) -> str:
+    """Labels and relationship patterns only: what a repair (or an over-budget prompt) needs, in a
+    fraction of the tokens."""
+    lines = ["Node labels: " + ", ".join(schema.label_names()), "Relationships:"]
+    lines += [f"- (:{r.src_label})-[:{r.rel}]->(:{r.dst_label})" for r in schema.relations]
+    return "\n".join(lines)
