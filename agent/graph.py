@@ -368,6 +368,7 @@ class AgentGraph:
             "k": cfg.k,
             "per_call_k": cfg.per_call_k,
             "max_rounds": cfg.max_rounds,
+            "semantic_net": cfg.semantic_net,
             "scoring": cfg.scoring_overrides(),
         }
         if once:
@@ -448,7 +449,7 @@ class AgentGraph:
         offline = bool(state.get("planner_offline"))
         scratchpad = state.get("scratchpad") or []
         if not state.get("step"):
-            self._prefetch_question_vector(cfg, state["question"], offline)
+            self._prefetch_question_vector(cfg, state["question"], offline, scratchpad)
         reply: AIMessage | None = None
         budget_stop: str | None = None
         if not offline:
@@ -499,13 +500,15 @@ class AgentGraph:
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
         return update
 
-    def _prefetch_question_vector(self, cfg: AgentConfig, question: str, offline: bool) -> None:
+    def _prefetch_question_vector(
+        self, cfg: AgentConfig, question: str, offline: bool, scratchpad: Sequence[BaseMessage]
+    ) -> None:
         """Start embedding the question on the tool pool when the planner says its first round will
         need the vector (``wants_question_vector``): the forward pass then overlaps the planner's turn
         instead of leading the first tool round. A planner without the hook gets no prefetch."""
         model = self.offline_model(cfg) if offline else self.model(cfg)
         wants = getattr(model, "wants_question_vector", None)
-        if callable(wants) and wants():
+        if callable(wants) and wants(scratchpad):
             prefetch_query(self.bundle, question, _shared_pool())
 
     def run_tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:

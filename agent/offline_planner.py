@@ -10,12 +10,16 @@ Rounds (each an AIMessage with parallel tool calls; the planner is stateless and
 its position from the messages it is given):
 
 0. ``search_nodes`` from every linked source entity along the first hop of the best relation
-   path (ranked by relevance to the question, ``per_call_k`` each); for source labels with a
-   hierarchy self-relation, ``search_nodes`` over it (both directions) to reach broader and
-   narrower terms; a ``semantic_search`` for the target label as a safety net.
-1. ``search_nodes`` from the hierarchy neighbours along the same hop, so targets annotated with
-   a parent or child of a mentioned term become candidates; for two-hop paths, the second hop
-   from the best intermediate nodes.
+   path (``per_call_k`` each); for source labels with a hierarchy self-relation, ``search_nodes``
+   over it (both directions: the broader and narrower terms) and, in the same round, from those
+   terms along the same hop, so targets annotated with a parent or child of a mentioned term become
+   candidates (the planner reads the hierarchy neighbours off the SKB's adjacency to choose the keys,
+   as it reads statistics to score; the round's calls are independent and run at once). A
+   ``semantic_search`` for the target label when the plan's ``semantic_net`` is ``always`` or
+   nothing could be expanded.
+1. For two-hop paths, the second hop from the best intermediate nodes; with ``semantic_net``
+   ``as-needed``, a ``semantic_search`` when round 0 reached fewer than ``k`` target candidates.
+   No calls: round 1 is the finish.
 2. ``finish`` with the candidates ranked.
 
 Candidates and provenance come only from tool results; the *scores* use statistics of the
@@ -308,6 +312,14 @@ def rank_targets(
 # -- the planner --------------------------------------------------------------------------------
 
 
+def _semantic_net(plan: Mapping[str, Any]) -> str:
+    """The plan's ``semantic_net`` (AgentConfig.semantic_net; a plan without one: as-needed)."""
+    mode = str(plan.get("semantic_net") or "as-needed")
+    if mode not in ("always", "as-needed", "never"):
+        raise PlannerError(f"semantic_net must be always, as-needed or never, got {mode!r}")
+    return mode
+
+
 def _step(raw: Mapping[str, Any]) -> dict[str, str]:
     return {"rel": str(raw.get("rel")), "direction": str(raw.get("direction")), "to_label": str(raw.get("to_label"))}
 
@@ -320,7 +332,6 @@ class OfflinePlanner(BaseChatModel):
     bundle: Any = Field(exclude=True)
     finish_keys: int = FINISH_KEYS
     use_hierarchy: bool = True
-    use_semantic: bool = True
 
     def __init__(self, bundle: Any, **kwargs: Any) -> None:
         super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]
@@ -329,11 +340,17 @@ class OfflinePlanner(BaseChatModel):
     def _llm_type(self) -> str:
         return "offline-planner"
 
-    def wants_question_vector(self) -> bool:
-        """Whether this planner's first round will need the question's embedding (its semantic_search
-        safety net and the relevance ranking of search_nodes), so the agent may start computing it early.
-        Not when relation paths are walked in Cypher (the profile's path planner): nothing embeds then."""
-        return self.use_semantic and planner_for(self.bundle) is None
+    def wants_question_vector(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether this planner's first round will need the question's embedding, so the agent may start
+        computing it early: only with ``semantic_net`` ``always`` (a semantic_search in round 0). Not when
+        relation paths are walked in Cypher (the profile's path planner), and not ``as-needed``: then
+        the vector is rarely needed (a truncated search_nodes result or a thin first round) and computing
+        it anyway would take a core from the round's graph queries on a small machine."""
+        try:
+            plan = parse_plan(messages)
+        except PlannerError:
+            return False
+        return _semantic_net(plan) == "always" and planner_for(self.bundle) is None
 
     def bind_tools(
         self,
@@ -419,7 +436,7 @@ class OfflinePlanner(BaseChatModel):
 
     def _first_round(self, plan: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         target = plan.get("target_type")
-        k = int(plan.get("per_call_k") or 50)
+        k = int(plan.get("per_call_k") or 20)
         linked, paths = self._sources(plan)
         calls: list[tuple[str, dict[str, Any]]] = []
         # one call per (first hop, source label) with every linked key of that label; one hierarchy
@@ -439,7 +456,9 @@ class OfflinePlanner(BaseChatModel):
             calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, direction, to_label, k * len(keys)))
         for (rel, label), keys in hierarchies.items():
             calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, "both", label, k * len(keys)))
-        if self.use_semantic or not calls:
+        calls.extend(self._hierarchy_hops(linked, paths, k))
+        mode = _semantic_net(plan)
+        if mode == "always" or (not calls and mode != "never"):
             # plan-once: the model's description of the answer; else the question itself
             args: dict[str, Any] = {"text": str(plan.get("search_text") or plan.get("question") or ""), "k": k}
             if target:
@@ -451,26 +470,9 @@ class OfflinePlanner(BaseChatModel):
     def _second_round(self, plan: Mapping[str, Any], obs: Observations) -> list[tuple[str, dict[str, Any]]]:
         skb: SKB = self.bundle.skb
         target = plan.get("target_type")
-        k = int(plan.get("per_call_k") or 50)
+        k = int(plan.get("per_call_k") or 20)
         linked, paths = self._sources(plan)
-        linked_keys = {str(e["key"]) for e in linked}
         calls: list[tuple[str, dict[str, Any]]] = []
-        # hierarchy neighbours of the linked entities, one call per (label, first hop)
-        hops: dict[tuple[str, str, str], list[str]] = {}
-        for ent in linked:
-            label = str(ent["label"])
-            hierarchy = find_hierarchy(skb, label) if self.use_hierarchy else None
-            step = self._first_hop(paths, label)
-            if hierarchy is None or step is None:
-                continue
-            neigh = hops.setdefault((step["rel"], step["direction"], step["to_label"]), [])
-            for n in obs.neighbors(hierarchy.rel):
-                if str(ent["key"]) in n.seeds and n.key not in linked_keys and n.key not in neigh:
-                    neigh.append(n.key)
-        for (rel, direction, to_label), neigh in hops.items():
-            if neigh:
-                keys = neigh[:MAX_KEYS_PER_CALL]
-                calls.append(self._search(keys, rel, direction, to_label, k * max(1, len(linked))))
         # second hop of two-hop paths from the best intermediates
         for path in paths:
             if len(path) != 2 or path[-1]["to_label"] != target:
@@ -486,7 +488,63 @@ class OfflinePlanner(BaseChatModel):
             if seeds:
                 calls.append(self._search(seeds, path[1]["rel"], path[1]["direction"], path[1]["to_label"], k))
             break
+        if _semantic_net(plan) == "as-needed" and not any(name == "semantic_search" for name, _ in obs.calls):
+            # the safety net, when structure reached too few answers (a thin neighbourhood, a misread link)
+            reached = {n.key for n in obs.neighbors() if target is None or n.label == target}
+            text = str(plan.get("search_text") or plan.get("question") or "")
+            if len(reached) < int(plan.get("k") or k) and text:
+                args: dict[str, Any] = {"text": text, "k": k}
+                if target:
+                    args["label"] = target
+                calls.append(("semantic_search", args))
         return calls
+
+    def _hierarchy_hops(
+        self, linked: list[dict[str, Any]], paths: list[list[dict[str, str]]], k: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``search_nodes`` along each source label's first hop from the broader and narrower terms of its
+        linked entities (one call per hop; the linked entities themselves are expanded by their own call).
+
+        The keys are read off the SKB's hierarchy adjacency in the order the hierarchy call reports them
+        (most linked entities first, then key), per linked entity in turn, so this call asks what a second
+        round reading that call's result would ask, one round earlier."""
+        if not self.use_hierarchy:
+            return []
+        skb: SKB = self.bundle.skb
+        linked_keys = {str(e["key"]) for e in linked}
+        by_label: dict[str, list[str]] = defaultdict(list)
+        for ent in linked:  # as the hierarchy call of round 0: entities with a first hop
+            if self._first_hop(paths, str(ent["label"])) is not None:
+                by_label[str(ent["label"])].append(str(ent["key"]))
+        reach: dict[str, dict[str, set[str]]] = {}  # label -> neighbour -> linked keys adjacent to it
+        order: dict[str, list[str]] = {}
+        for label, keys in by_label.items():
+            hierarchy = find_hierarchy(skb, label)
+            if hierarchy is None:
+                continue
+            seeds: dict[str, set[str]] = defaultdict(set)
+            edges: dict[str, int] = defaultdict(int)
+            for key in dict.fromkeys(keys[:MAX_KEYS_PER_CALL]):
+                for other in skb.neighbor_keys(key, hierarchy.rel, "both", label=hierarchy.label):
+                    seeds[other].add(key)
+                    edges[other] += 1
+            reach[label] = seeds
+            order[label] = sorted(edges, key=lambda n: (-edges[n], n))
+        hops: dict[tuple[str, str, str], list[str]] = {}
+        for ent in linked:
+            label, key = str(ent["label"]), str(ent["key"])
+            step = self._first_hop(paths, label)
+            if label not in reach or step is None:
+                continue
+            neigh = hops.setdefault((step["rel"], step["direction"], step["to_label"]), [])
+            for other in order[label]:
+                if key in reach[label][other] and other not in linked_keys and other not in neigh:
+                    neigh.append(other)
+        return [
+            self._search(neigh[:MAX_KEYS_PER_CALL], rel, direction, to_label, k * max(1, len(linked)))
+            for (rel, direction, to_label), neigh in hops.items()
+            if neigh
+        ]
 
     def _finish(self, plan: Mapping[str, Any], obs: Observations, rnd: int) -> AIMessage:
         skb: SKB = self.bundle.skb

@@ -522,7 +522,7 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
         return None
     start = _plan_start(messages)
     rounds = sum(1 for m in messages[start:] if isinstance(m, AIMessage) and m.tool_calls)
-    limit = int(plan.get("per_call_k") or 50)
+    limit = int(plan.get("per_call_k") or 20)
     if rounds == 0:
         key = str(topic["key"])
         label = bundle.skb.nodes[key].label

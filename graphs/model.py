@@ -267,6 +267,22 @@ class SKB:
             seen.setdefault((edge.rel, "in"))
         return list(seen)
 
+    def neighbor_keys(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> list[str]:
+        """Keys of the nodes one ``rel`` edge away from ``key`` (outgoing first, in edge order; a parallel edge
+        repeats its neighbour), optionally only those of ``label``.
+        Why: planners choose tool arguments from the graph's structure (the broader and narrower terms of a
+        mentioned one) without materialising a hub's thousands of other edges."""
+        found: list[str] = []
+        if direction in ("out", "both"):
+            found.extend(e.dst for e in self.out_edges(key) if e.rel == rel)
+        if direction in ("in", "both"):
+            found.extend(e.src for e in self.in_edges(key) if e.rel == rel)
+        if label is None:
+            return found
+        return [k for k in found if k in self.nodes and self.nodes[k].label == label]
+
     def node_text(self, key: str) -> str:
         """The text embedded and BM25-indexed for a node, from its type's template."""
         node = self.nodes[key]

@@ -414,6 +414,30 @@ class CompactSKB(SKB):
                 found.extend((self._rels[int(r)], direction) for r in uniq[np.argsort(first)])
         return found
 
+    def neighbor_keys(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> list[str]:
+        i = self._index.get(key)
+        if i is None or rel not in self._rels:
+            return []
+        rid = self._rels.index(rel)
+        sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        if direction in ("out", "both"):
+            sides.append((self._out_ptr, self._out_idx, self._edge_dst))
+        if direction in ("in", "both"):
+            sides.append((self._in_ptr, self._in_idx, self._edge_src))
+        lid = self._labels.index(label) if label is not None and label in self._labels else None
+        if label is not None and lid is None:
+            return []
+        found: list[str] = []
+        for ptr, idx, other in sides:
+            edges = idx[ptr[i] : ptr[i + 1]]
+            ends = other[edges[self._edge_rel[edges] == rid]]
+            if lid is not None:
+                ends = ends[self._node_label[ends] == lid]
+            found.extend(self._keys[int(j)] for j in ends)
+        return found
+
     def stats(self) -> dict[str, Any]:
         node_counts = np.bincount(self._node_label, minlength=len(self._labels))
         edge_counts = np.bincount(self._edge_rel, minlength=len(self._rels))

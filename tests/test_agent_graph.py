@@ -319,7 +319,7 @@ def test_a_short_context_says_why(hpo_bundle: Any) -> None:
     assert seeds < 1000
     [note] = result.notes
     assert note.startswith(f"k=1000 seed nodes asked, {seeds} found")
-    assert "per_call_k=50" in note and "fallback_fill=true" in note
+    assert f"per_call_k={AgentConfig().per_call_k}" in note and "fallback_fill=true" in note
     filled = ask(
         "Which disease has syndactyly and craniosynostosis?",
         bundle=hpo_bundle,

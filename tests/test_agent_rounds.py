@@ -218,9 +218,10 @@ def test_run_concurrently_finishes_when_the_shared_pool_is_busy() -> None:
 def test_offline_planner_question_vector_is_prefetched_once_and_reused(
     hpo_bundle: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The offline planner's first round needs the question's vector: the agent starts it on the tool pool
-    before the planner's turn, and the tools wait for that one instead of computing their own. A planner
-    that does not ask for it (a scripted model here) gets no prefetch."""
+    """With semantic_net=always the offline planner's first round needs the question's vector: the agent
+    starts it on the tool pool before the planner's turn, and the tools wait for that one instead of
+    computing their own. A planner that does not ask for it (a scripted model here; the offline planner
+    with semantic_net=as-needed) gets no prefetch."""
     from tools import common
 
     calls: list[str] = []
@@ -232,7 +233,7 @@ def test_offline_planner_question_vector_is_prefetched_once_and_reused(
 
     monkeypatch.setattr(common, "_embed_and_cache", counted)
     question = "Which disease shows a tower-shaped skull and fused fingers (prefetch test)?"
-    graph = AgentGraph(hpo_bundle, Config(policy="never")).compile()
+    graph = AgentGraph(hpo_bundle, Config(policy="never", semantic_net="always")).compile()
     started_before_tools = None
     with hpo_bundle.pinned():
         for update in graph.stream({"question": question}, stream_mode="updates"):
@@ -256,3 +257,13 @@ def test_offline_planner_question_vector_is_prefetched_once_and_reused(
     model = ScriptedChatModel([AIMessage(content="", tool_calls=[search]), _finish()])  # type: ignore[list-item]
     AgentGraph(hpo_bundle, Config(policy="never", max_entities=0), model).compile().invoke({"question": "webbed"})
     assert len(calls) == 1 and not calls[0].startswith("skb-tool")  # computed by the tool itself, on demand
+
+    calls.clear()
+    other = "Which disease shows a tower-shaped skull and fused fingers (no prefetch test)?"
+    as_needed = AgentGraph(hpo_bundle, Config(policy="never")).compile()
+    with hpo_bundle.pinned():
+        for update in as_needed.stream({"question": other}, stream_mode="updates"):
+            if "call_planner" in update:
+                with common._query_lock:
+                    assert not any(k[1] == other for k in [*common._pending, *common._query_cache])
+                break

@@ -65,7 +65,15 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
         expected_rels = list(dict.fromkeys([(e.rel, "out") for e in hpo_mini_skb.out_edges(key)]
                                            + [(e.rel, "in") for e in hpo_mini_skb.in_edges(key)]))
         assert skb.relations_at(key) == hpo_mini_skb.relations_at(key) == expected_rels
+        for rel, direction, label in [("IS_A", "both", None), ("IS_A", "out", "Phenotype"), ("IS_A", "in", None),
+                                      ("HAS_PHENOTYPE", "in", "Disease"), ("HAS_PHENOTYPE", "both", "Gene")]:
+            sides = ([(e.dst, e) for e in hpo_mini_skb.out_edges(key)] if direction != "in" else []) + (
+                [(e.src, e) for e in hpo_mini_skb.in_edges(key)] if direction != "out" else [])
+            expected = [k for k, e in sides if e.rel == rel and (label is None or hpo_mini_skb.nodes[k].label == label)]
+            assert skb.neighbor_keys(key, rel, direction, label) == expected
+            assert hpo_mini_skb.neighbor_keys(key, rel, direction, label) == expected
     assert skb.degree("nope") == 0 and skb.relations_at("nope") == []
+    assert skb.neighbor_keys("nope", "IS_A") == [] and skb.neighbor_keys("HP:0000244", "NO_SUCH_REL") == []
     assert list(skb.edges) == list(hpo_mini_skb.edges)
     assert skb.edges[3] == hpo_mini_skb.edges[3] and skb.edges[-1] == hpo_mini_skb.edges[-1]
     assert skb.stats() == hpo_mini_skb.stats()

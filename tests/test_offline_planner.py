@@ -17,6 +17,7 @@ from agent.planning import predict_target_type, relation_paths
 from graphs.errors import PlannerError
 from graphs.loaders.profiles import Profile, ScoringSpec
 from graphs.model import SKB, Edge, Node
+from tools.results import parse_result
 
 # -- a tiny ontology, deliberately not HPO-named: Term/SUBCLASS_OF/ANNOTATED ------------------
 #
@@ -139,7 +140,14 @@ def test_rank_targets_orders_candidates_and_ignores_other_labels(tiny: Any) -> N
 # -- the planner protocol ------------------------------------------------------------------
 
 
-def _plan_message(skb: SKB, question: str, linked: list[dict[str, Any]], k: int = 50, rounds: int = 4) -> HumanMessage:
+def _plan_message(
+    skb: SKB,
+    question: str,
+    linked: list[dict[str, Any]],
+    k: int = 50,
+    rounds: int = 4,
+    semantic_net: str | None = None,
+) -> HumanMessage:
     schema = skb.schema()
     target = predict_target_type(question, schema)
     sources = sorted({e["label"] for e in linked if e["label"] != target})
@@ -153,6 +161,8 @@ def _plan_message(skb: SKB, question: str, linked: list[dict[str, Any]], k: int 
         "per_call_k": k,
         "max_rounds": rounds,
     }
+    if semantic_net is not None:
+        plan["semantic_net"] = semantic_net
     return HumanMessage(f"Question: {question}\n<plan>{json.dumps(plan)}</plan>")
 
 
@@ -171,7 +181,10 @@ def test_first_round_searches_all_entities_along_the_path_and_their_hierarchy_in
     hpo_mini_skb: SKB,
 ) -> None:
     """One search_nodes call per hop with every linked key (the tool aggregates per neighbour and says
-    which keys reach it), K results per key; one for the hierarchy likewise."""
+    which keys reach it), K results per key; one for the hierarchy likewise; and, in the same round,
+    one along the hop from the hierarchy neighbours, read off the SKB (worked out by hand: each linked
+    term's parents in the fixture, ordered per linked term, then by key). No semantic_search by default
+    (as-needed); one with semantic_net=always."""
     planner = OfflinePlanner(SimpleNamespace(skb=hpo_mini_skb))
     msgs: list[BaseMessage] = [SystemMessage("sys"), _plan_message(hpo_mini_skb, APERT, APERT_LINKED, k=7)]
     reply = planner.bind_tools([]).invoke(msgs)
@@ -179,14 +192,67 @@ def test_first_round_searches_all_entities_along_the_path_and_their_hierarchy_in
     calls = reply.tool_calls
     along = [c for c in calls if c["name"] == "search_nodes" and c["args"]["rel_types"] == ["HAS_PHENOTYPE"]]
     hier = [c for c in calls if c["name"] == "search_nodes" and c["args"]["rel_types"] == ["IS_A"]]
-    assert [c["args"]["keys"] for c in along] == [[e["key"] for e in APERT_LINKED]]
+    parents = ["HP:0000234", "HP:0009121", "HP:0000118", "HP:0011297"]  # of 0000244 (two), 0000520, 0010621
+    assert [c["args"]["keys"] for c in along] == [[e["key"] for e in APERT_LINKED], parents]
     assert all(c["args"]["direction"] == "in" and c["args"]["target_label"] == "Disease" for c in along)
     assert all(c["args"]["limit"] == 7 * len(APERT_LINKED) for c in along + hier)
     assert [c["args"]["keys"] for c in hier] == [[e["key"] for e in APERT_LINKED]]
     assert all(c["args"]["direction"] == "both" and c["args"]["target_label"] == "Phenotype" for c in hier)
-    sem = [c for c in calls if c["name"] == "semantic_search"]
-    assert len(sem) == 1 and sem[0]["args"]["label"] == "Disease"
+    assert not [c for c in calls if c["name"] == "semantic_search"]
     assert len({c["id"] for c in calls}) == len(calls)
+    always = _plan_message(hpo_mini_skb, APERT, APERT_LINKED, k=7, semantic_net="always")
+    sem = [c for c in planner.invoke([always]).tool_calls if c["name"] == "semantic_search"]  # type: ignore[attr-defined]
+    assert len(sem) == 1 and sem[0]["args"]["label"] == "Disease"
+    never = _plan_message(hpo_mini_skb, APERT, [], k=7, semantic_net="never")
+    assert [c["name"] for c in planner.invoke([never]).tool_calls] == ["finish"]  # type: ignore[attr-defined]
+    nothing_linked = _plan_message(hpo_mini_skb, APERT, [], k=7)
+    assert [c["name"] for c in planner.invoke([nothing_linked]).tool_calls] == ["semantic_search"]  # type: ignore[attr-defined]
+
+
+def test_as_needed_semantic_search_comes_when_structure_reached_fewer_than_k(hpo_mini_skb: SKB) -> None:
+    """The second round adds the semantic safety net only when round 0 reached fewer than k targets."""
+    planner = OfflinePlanner(SimpleNamespace(skb=hpo_mini_skb))
+    plan = _plan_message(hpo_mini_skb, APERT, APERT_LINKED, k=7)
+    first = planner.invoke([plan])
+
+    def answered(n_targets: int) -> list[BaseMessage]:
+        neighbours = [
+            {"key": f"D{i}", "label": "Disease", "name": f"d{i}", "seeds": ["HP:0000244"], "rels": ["HAS_PHENOTYPE"],
+             "paths": 1}
+            for i in range(n_targets)
+        ]  # fmt: skip
+        hood = {"kind": "neighborhood", "provenance": {"tool": "search_nodes", "step": 1, "query": "q"},
+                "keys": ["HP:0000244"], "neighbors": neighbours}  # fmt: skip
+        replies = [
+            ToolMessage(content="", artifact=parse_result("search_nodes", hood), tool_call_id=c["id"], name=c["name"])
+            for c in first.tool_calls[:1]  # type: ignore[attr-defined]
+        ]
+        return [plan, first, *replies]
+
+    thin = planner.invoke(answered(3)).tool_calls  # type: ignore[attr-defined]
+    assert [c["name"] for c in thin] == ["semantic_search"] and thin[0]["args"]["label"] == "Disease"
+    enough = planner.invoke(answered(20)).tool_calls  # type: ignore[attr-defined]
+    assert [c["name"] for c in enough] == ["finish"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_hierarchy_neighbours_are_expanded_in_the_first_round_on_any_graph(reverse: bool) -> None:
+    """Generic labels and relation names (Term/Item, SUBCLASS_OF or HAS_CHILD drawn the other way): the
+    first round expands the linked term, its hierarchy, and the hierarchy neighbours along the hop. By hand:
+    A's neighbours are its parent R and its children A1, A2 (one edge each: by key)."""
+    skb = tiny_skb(reverse_hierarchy=reverse)
+    planner = OfflinePlanner(SimpleNamespace(skb=skb))
+    linked = [{"key": "A", "label": "Term", "name": "term A", "mention": "term a", "score": 1.0}]
+    plan = {"question": "Which item has term a?", "linked_entities": linked, "target_type": "Item",
+            "relation_paths": [[{"rel": "ANNOTATED", "direction": "in", "to_label": "Item"}]],
+            "k": 20, "per_call_k": 5, "max_rounds": 4}  # fmt: skip
+    calls = planner.invoke([HumanMessage(f"<plan>{json.dumps(plan)}</plan>")]).tool_calls  # type: ignore[attr-defined]
+    rel = "HAS_CHILD" if reverse else "SUBCLASS_OF"
+    assert [(c["args"]["keys"], c["args"]["rel_types"], c["args"]["direction"]) for c in calls] == [
+        (["A"], ["ANNOTATED"], "in"),
+        (["A"], [rel], "both"),
+        (["A1", "A2", "R"], ["ANNOTATED"], "in"),
+    ]
 
 
 def test_planner_without_plan_block_fails_clearly(hpo_mini_skb: SKB) -> None:
@@ -215,7 +281,7 @@ def _run_tools(tools: dict[str, Any], reply: AIMessage, question: str, step: int
 
 @pytest.mark.integration
 def test_full_protocol_with_real_tools(hpo_bundle: Any) -> None:
-    """Round 0 search -> round 1 hierarchy expansion -> finish, against the real tools and store."""
+    """Round 0 search (linked terms, their hierarchy, its neighbours) -> finish, against the real tools and store."""
     from tools import make_tools
 
     tools = {t.name: t for t in make_tools(hpo_bundle, lambda: APERT)}
@@ -229,9 +295,9 @@ def test_full_protocol_with_real_tools(hpo_bundle: Any) -> None:
         if any(c["name"] == "finish" for c in reply.tool_calls):
             break
         msgs.extend(_run_tools(tools, reply, APERT, step))
-    assert names_per_round[0] == ["search_nodes", "semantic_search"]
-    assert names_per_round[1] == ["search_nodes"]  # hierarchy neighbours along HAS_PHENOTYPE
-    assert names_per_round[-1] == ["finish"]
+    # hierarchy neighbours expanded in round 0; the fixture's few diseases are fewer than k (20), so the
+    # as-needed semantic safety net runs in round 1
+    assert names_per_round == [["search_nodes"], ["semantic_search"], ["finish"]]
     finish = msgs[-1].tool_calls[0]["args"]  # type: ignore[attr-defined]
     assert finish["keys"][0] == "OMIM:101200"
     assert finish["scores"] == sorted(finish["scores"], reverse=True)
