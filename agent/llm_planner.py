@@ -362,10 +362,14 @@ class PlanStepSpec(BaseModel):
 
 
 class PlanSpec(BaseModel):
-    """The plan the model returns (loop mode): the answer's node label and the relation paths to it."""
+    """The plan the model returns (loop mode): the answer's node label and the relation paths to it.
+
+    A path is either hop by hop or, when the tool schema offers them (``path_choices``), one of the
+    graph's walks from the linked entities' labels written as text; ``validate_plan`` turns the text
+    back into hops."""
 
     target_type: str | None = Field(default=None, description="node label of the answer, or null")
-    relation_paths: list[list[PlanStepSpec]] = Field(
+    relation_paths: list[list[PlanStepSpec] | str] = Field(
         default_factory=list, description="paths from a linked entity's label to target_type"
     )
 
@@ -377,6 +381,73 @@ class PlanOnceSpec(PlanSpec):
         default_factory=list, description="keys of the linked entities the paths start from (only relevant ones)"
     )
     search_text: str | None = Field(default=None, description="a few words describing the answer, for text search")
+
+
+#: Most walks offered as choices in the plan tool's schema; a graph with more gets the hop-by-hop form.
+MAX_PATH_CHOICES = 40
+
+
+def walk_text(start: str, steps: Sequence[Any]) -> str:
+    """A walk as the model reads and writes it: ``(Phenotype)<-[HAS_PHENOTYPE]-(Disease)``."""
+    parts = [f"({start})"]
+    for step in steps:
+        rel, to = _field(step, "rel"), _field(step, "to_label")
+        parts.append(f"-[{rel}]->({to})" if _field(step, "direction") == "out" else f"<-[{rel}]-({to})")
+    return "".join(parts)
+
+
+def _field(step: Any, name: str) -> str:
+    return str(step.get(name) if isinstance(step, Mapping) else getattr(step, name))
+
+
+def path_choices(
+    schema: GraphSchema, linked: Sequence[Mapping[str, Any]], max_hops: int
+) -> dict[str, dict[str, list[PlanStepSpec]]]:
+    """Every walk of at most ``max_hops`` hops from a linked entity's label, per label it ends at
+    (``{target: {walk text: hops}}``); empty when nothing is linked or there are more than
+    MAX_PATH_CHOICES walks.
+
+    Why: a small model asked to write paths hop by hop writes the stored edge instead of the walk, or
+    ends at the wrong label, and a repair rarely fixes it. Offered as enums per target label, a
+    grammar-constrained server can only emit a plan whose paths exist and end at its target, and other
+    servers see the valid walks spelled out."""
+    from agent.planning import relation_paths
+
+    starts = list(dict.fromkeys(str(e.get("label")) for e in linked if e.get("label")))
+    out: dict[str, dict[str, list[PlanStepSpec]]] = {}
+    total = 0
+    for target in schema.label_names():
+        for start in starts:
+            for path in relation_paths(schema, [start], target, max_hops):
+                steps = [PlanStepSpec(rel=s.rel, direction=s.direction, to_label=s.to_label) for s in path]
+                out.setdefault(target, {})[walk_text(start, steps)] = steps
+                total += 1
+    return out if 0 < total <= MAX_PATH_CHOICES else {}
+
+
+def _read_walks(
+    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Paths written as walk text replaced by their hops in ``plan``; errors for text that is no walk."""
+    if not any(isinstance(p, str) for p in plan.relation_paths):
+        return []
+    walks = {text: steps for per in path_choices(schema, linked, max_hops).values() for text, steps in per.items()}
+    compact = {"".join(t.split()): t for t in walks}
+    errors: list[str] = []
+    paths: list[list[PlanStepSpec] | str] = []
+    for i, path in enumerate(plan.relation_paths):
+        if not isinstance(path, str):
+            paths.append(path)
+            continue
+        text = compact.get("".join(path.split()))
+        if text is None:
+            offered = ", ".join(list(walks)[:12]) or "(none: write the paths hop by hop)"
+            errors.append(f"relation_paths[{i}]: {path!r} is not a walk of this graph from the linked entities; "
+                          f"choose from: {offered}")
+            continue
+        paths.append([step.model_copy() for step in walks[text]])
+    plan.relation_paths = paths
+    return errors
 
 
 def validate_plan(
@@ -401,7 +472,7 @@ def validate_plan(
     labels = schema.label_names()
     rels = schema.relation_names()
     label_set, rel_set = set(labels), set(rels)
-    errors: list[str] = []
+    errors: list[str] = _read_walks(plan, schema, max_hops, linked)
     target = plan.target_type
     if target is not None and target not in label_set:
         errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
@@ -424,7 +495,9 @@ def validate_plan(
     def froms_of(rel: str, direction: str, to_label: str) -> set[str]:
         return {f for f, t in patterns.get((rel, direction), set()) if t == to_label}
 
-    def path_errors(i: int, path: list[PlanStepSpec]) -> str | None:
+    def path_errors(i: int, path: list[PlanStepSpec] | str) -> str | None:
+        if isinstance(path, str):  # left only when _read_walks reported it
+            return f"relation_paths[{i}]: not a walk of this graph"
         where = f"relation_paths[{i}]"
         if not path:
             return f"{where}: empty path; give at least one hop or leave the path out"
@@ -499,7 +572,9 @@ def plan_parameters(
         props["target_type"] = {**props["target_type"], "anyOf": [{"type": "string", "enum": labels}, {"type": "null"}]}
     paths = props["relation_paths"]
     paths["maxItems"] = MAX_PLAN_PATHS
-    hops = paths["items"]
+    items = paths["items"]  # hop lists or walk text: the hop-by-hop form here, walks below when offered
+    hops = next(alt for alt in items.get("anyOf", [items]) if alt.get("type") == "array")
+    paths["items"] = hops
     hops.update({"minItems": 1, "maxItems": max_hops})
     hop = hops["items"]["properties"]
     if rels:
@@ -511,7 +586,24 @@ def plan_parameters(
         props["sources"] = {**props["sources"], "items": {"type": "string", "enum": keys}, "maxItems": len(keys)}
     if "search_text" in props:
         props["search_text"] = {**props["search_text"], "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}
-    return params
+    choices = path_choices(schema, linked, max_hops)
+    if not choices:
+        return params
+    # one alternative per answer label: its walks only, so the paths cannot end anywhere else
+    alternatives = []
+    for label in labels:
+        walks = list(choices.get(label, {}))
+        paths_prop: dict[str, Any] = {"type": "array", "description": "walks from a linked entity's label to target_type"}
+        if walks:
+            paths_prop.update({"items": {"type": "string", "enum": walks}, "maxItems": min(MAX_PLAN_PATHS, len(walks))})
+        else:
+            paths_prop["maxItems"] = 0
+        alternatives.append({
+            **params,
+            "properties": {**props, "target_type": {"const": label}, "relation_paths": paths_prop},
+            "required": sorted({*params.get("required", []), "target_type", "relation_paths"}),
+        })
+    return {"anyOf": alternatives}
 
 
 class InvalidPlanError(PlannerError):
@@ -638,7 +730,7 @@ def llm_plan(
             f"plan invalid after {outcome.attempts} attempt(s): {' | '.join(outcome.errors)}", report
         )
     plan = outcome.value
-    paths = [[step.model_dump() for step in path] for path in plan.relation_paths[:MAX_PLAN_PATHS] if path]
+    paths = [[step.model_dump() for step in path] for path in plan.relation_paths[:MAX_PLAN_PATHS] if path and not isinstance(path, str)]
     result = PlanOutcome(target_type=plan.target_type, relation_paths=paths, report=report)
     if isinstance(plan, PlanOnceSpec):
         result.sources = list(dict.fromkeys(plan.sources))

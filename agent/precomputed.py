@@ -24,8 +24,8 @@ import numpy as np
 from scipy import sparse
 
 from graphs.loaders.profiles import profile_for
-from graphs.model import SKB, GraphSchema
-from graphs.skb_compact import source_digest
+from graphs.model import SKB, Edge, GraphSchema, Node
+from graphs.skb_compact import code_digest
 from graphs.skb_state import digest_of, read_state, state_dir_of, write_state
 
 LEXICON = "lexicon"
@@ -43,23 +43,12 @@ _DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictio
 
 
 def _code(*objects: Any) -> str:
-    """The source of the functions and classes that compute a record (other values by ``repr``).
+    """The digest of the functions and classes that compute a record (``code_digest``).
 
-    Why not the whole module: the linker and the scorer change often in ways that do not touch
-    what is stored (clause linking, new scoring formulas over the same matrices); hashing only the
-    computing functions keeps a valid record valid, while any change to them retires it."""
-    import dataclasses
-    import inspect
-
-    parts = []
-    for obj in objects:
-        if dataclasses.is_dataclass(obj) and isinstance(obj, type):
-            parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
-        elif inspect.isfunction(obj) or inspect.isclass(obj):
-            parts.append(inspect.getsource(obj))
-        else:
-            parts.append(repr(obj))
-    return digest_of(*parts)
+    Why not whole modules: the linker and the scorer change often in ways that do not touch what is
+    stored (clause linking, new scoring formulas over the same matrices); hashing only the computing
+    functions keeps a valid record valid, while any change to them retires it."""
+    return code_digest(*objects)
 
 
 def lexicon_digest(skb: SKB) -> str:
@@ -82,7 +71,7 @@ def scoring_digest(skb: SKB) -> str:
 
         code = _code(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
                      os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
-        per[SCORING] = digest_of(code, source_digest("graphs.model"), _profile_json(skb, "scoring"))
+        per[SCORING] = digest_of(code, code_digest(Node, Edge), _profile_json(skb, "scoring"))
     return per[SCORING]
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,32 +48,35 @@ _ARRAYS = (
 _BLOBS = ("node_props.bin", "edge_props.bin")
 
 
-def source_digest(*modules: str) -> str:
-    """sha256 over the source files of ``modules``: stored state computed by other code is not reused.
+def code_digest(*objects: Any) -> str:
+    """sha256 over the source of the functions and classes that compute some stored state (dataclasses by
+    their fields, other values by ``repr``): state computed by other code is not reused.
 
-    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices)
-    is only valid for the code that computed it, and a forgotten version bump would serve stale
-    state silently. Reading a few source files costs well under a millisecond each.
-    """
-    digest = hashlib.sha256()
-    for name in modules:
-        module = sys.modules.get(name)
-        if module is None:
-            import importlib
+    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices) is only
+    valid for the code that computed it, and a forgotten version bump would serve stale state silently.
+    Why the computing functions and not whole modules: a method added to ``SKB`` or a new linker rule does
+    not change what was stored, and retiring valid state costs every cold start seconds of recomputation
+    until the index is rebuilt."""
+    import dataclasses
+    import inspect
 
-            module = importlib.import_module(name)
-        path = getattr(module, "__file__", None)
-        try:
-            digest.update(Path(path).read_bytes() if path else b"?")
-        except OSError:
-            digest.update(b"?")
-        digest.update(b"\0")
-    return digest.hexdigest()
+    parts = []
+    for obj in objects:
+        if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+            parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
+        elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+            parts.append(inspect.getsource(obj))
+        else:
+            parts.append(repr(obj))
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
 
 
 def schema_digest() -> str:
     """The code that computes ``SKB.schema()``."""
-    return source_digest("graphs.model")
+    from graphs.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
+
+    return code_digest(SKB.schema, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
+                       GraphSchema)
 
 
 def _json_dumps(obj: Any) -> bytes:

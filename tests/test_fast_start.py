@@ -89,6 +89,29 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
         skb.add_edge(hpo_mini_skb.edges[0])
 
 
+def test_code_digest_follows_the_computing_code_only() -> None:
+    """Stored state is keyed by the source of the functions that computed it: a changed function retires it,
+    code beside it (another SKB method) does not."""
+    from graphs.skb_compact import code_digest, schema_digest
+
+    def one(x: int) -> int:
+        return x + 1
+
+    def other(x: int) -> int:
+        return x + 2
+
+    assert code_digest(one) == code_digest(one) != code_digest(other)
+    assert code_digest(one, 1) != code_digest(one, 2)  # values by repr
+    assert schema_digest() == code_digest(SKB.schema, *_schema_parts())
+    assert schema_digest() != code_digest(SKB.neighbor_keys, *_schema_parts())
+
+
+def _schema_parts() -> tuple[object, ...]:
+    from graphs.model import Edge, GraphSchema, LabelInfo, Node, NodeType, PropertyInfo, RelationInfo, value_type_name
+
+    return (value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo, GraphSchema)
+
+
 def test_stored_schema_is_ignored_when_computed_by_other_code(hpo_mini_skb: SKB, tmp_path: Path) -> None:
     write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
     meta_path = tmp_path / "skb" / "compact" / "meta.json"

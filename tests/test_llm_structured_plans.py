@@ -383,15 +383,21 @@ def test_the_tool_schema_is_self_contained() -> None:
     schema = compact_schema(PlanOnceSpec)
     text = json.dumps(schema)
     assert "$ref" not in text and "$defs" not in text and '"title"' not in text
-    hop = schema["properties"]["relation_paths"]["items"]["items"]
+    [hops] = [alt for alt in schema["properties"]["relation_paths"]["items"]["anyOf"] if alt["type"] == "array"]
+    hop = hops["items"]
     assert hop["required"] == ["rel", "to_label"] and hop["properties"]["direction"]["enum"] == ["out", "in"]
     assert tool_spec(PlanOnceSpec, PLAN_TOOL, "x")["function"]["parameters"] == schema
 
 
-def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked_keys() -> None:
-    """Grammar-constrained servers then cannot emit an unknown name (the 1.5B model wrote node keys as labels)."""
+def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Grammar-constrained servers then cannot emit an unknown name (the 1.5B model wrote node keys as labels).
+    The hop-by-hop form: a graph with more walks than MAX_PATH_CHOICES (none allowed here)."""
+    from agent import llm_planner
     from agent.llm_planner import plan_parameters
 
+    monkeypatch.setattr(llm_planner, "MAX_PATH_CHOICES", 0)
     linked = [{"key": "a1", "label": "Author", "name": "Ada"}, {"key": "a2", "label": "Author", "name": "Bo"}]
     params = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked)
     props = params["properties"]
@@ -401,6 +407,34 @@ def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked
     hop = paths["items"]["items"]["properties"]
     assert sorted(hop["rel"]["enum"]) == ["PUBLISHED_IN", "WROTE"] and hop["to_label"]["enum"] == ["Paper", "Author", "Venue"]
     assert props["sources"]["items"]["enum"] == ["a1", "a2"]
+
+
+def test_the_plan_tool_offers_each_target_only_the_walks_that_reach_it() -> None:
+    """Walks from the linked label (Author), worked out by hand on the paper schema, one alternative per
+    answer label; a reply naming a walk as text validates into its hops, an invented walk is an error
+    that lists the valid ones."""
+    from agent.llm_planner import plan_parameters
+
+    linked = [{"key": "a1", "label": "Author", "name": "Ada"}]
+    params = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked)
+    offered = {alt["properties"]["target_type"]["const"]: alt["properties"]["relation_paths"].get("items", {}).get("enum")
+               for alt in params["anyOf"]}  # fmt: skip
+    assert offered == {
+        "Paper": ["(Author)-[WROTE]->(Paper)"],
+        "Author": ["(Author)-[WROTE]->(Paper)<-[WROTE]-(Author)"],
+        "Venue": ["(Author)-[WROTE]->(Paper)-[PUBLISHED_IN]->(Venue)"],
+    }
+    assert all(alt["properties"]["sources"]["items"]["enum"] == ["a1"] for alt in params["anyOf"])
+    assert "$ref" not in json.dumps(params)
+
+    plan = PlanSpec.model_validate(
+        {"target_type": "Venue", "relation_paths": ["(Author)-[WROTE]->(Paper) -[PUBLISHED_IN]->(Venue)"]}
+    )
+    assert validate_plan(plan, paper_schema(), 2, linked) == []
+    assert plan.relation_paths == [[step("WROTE", "out", "Paper"), step("PUBLISHED_IN", "out", "Venue")]]
+    invented = PlanSpec.model_validate({"target_type": "Venue", "relation_paths": ["(Author)-[CITES]->(Venue)"]})
+    [error] = validate_plan(invented, paper_schema(), 2, linked)
+    assert "not a walk of this graph" in error and "(Author)-[WROTE]->(Paper)-[PUBLISHED_IN]->(Venue)" in error
 
 
 @pytest.fixture(scope="module")
