@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ from scipy import sparse
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB, Edge, GraphSchema, Node
 from graphs.skb_compact import code_digest
-from graphs.skb_state import digest_of, read_state, state_dir_of, write_state
+from graphs.skb_state import Record, digest_of, read_state, state_dir_of, write_state
 
 LEXICON = "lexicon"
 NAMES = "names"
@@ -191,13 +191,18 @@ class _StoredIndex(Mapping[str, list[tuple[str, ...]]]):
         return len(self._vocab)
 
 
+def _stored(skb: SKB, record: str, digest: Callable[[SKB], str]) -> Record | None:
+    """``record``'s (meta, arrays) from ``skb``'s index when stored by the current code, else None."""
+    if state_dir_of(skb) is None:
+        return None
+    return read_state(skb, record, digest(skb))
+
+
 def stored_lexicon(skb: SKB) -> Any:
     """The stored ``agent.linking.Lexicon`` of ``skb``'s index, or None (compute it instead).
 
     Lookups build entries on demand: opening costs two dictionaries of strings, not ~60k objects."""
-    if state_dir_of(skb) is None:
-        return None
-    found = read_state(skb, LEXICON, lexicon_digest(skb))
+    found = _stored(skb, LEXICON, lexicon_digest)
     if found is None:
         return None
     from agent.linking import Lexicon
@@ -217,9 +222,7 @@ def stored_lexicon(skb: SKB) -> Any:
 
 def stored_names(skb: SKB) -> dict[str, list[str]] | None:
     """Exact display name -> node keys, from the stored lexicon record (None: compute it)."""
-    if state_dir_of(skb) is None:
-        return None
-    found = read_state(skb, NAMES, lexicon_digest(skb))
+    found = _stored(skb, NAMES, lexicon_digest)
     if found is None:
         return None
     names = found[0].get("names")
@@ -314,9 +317,7 @@ def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
 
 def stored_hierarchy(skb: SKB, label: str) -> tuple[bool, Any]:
     """``(True, Hierarchy | None)`` when the index stores ``label``'s hierarchy; ``(False, None)`` otherwise."""
-    if state_dir_of(skb) is None:
-        return False, None
-    found = read_state(skb, SCORING, scoring_digest(skb))
+    found = _stored(skb, SCORING, scoring_digest)
     if found is None or label not in found[0]["hierarchies"]:
         return False, None
     from agent.ontology_scoring import Hierarchy
@@ -327,9 +328,7 @@ def stored_hierarchy(skb: SKB, label: str) -> tuple[bool, Any]:
 
 def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
     """The stored ``AnnotationModel`` for the pair, or None (not stored: compute it)."""
-    if state_dir_of(skb) is None:
-        return None
-    found = read_state(skb, SCORING, scoring_digest(skb))
+    found = _stored(skb, SCORING, scoring_digest)
     if found is None:
         return None
     meta, arrays = found
