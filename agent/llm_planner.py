@@ -558,13 +558,24 @@ def validate_plan(
     return errors
 
 
+#: Share of the plan prompt's token budget the walk choices may take (tool schema, chars / 4); above it the
+#: hop-by-hop form is offered. Measured: HPO's 13 walks cost ~750 tokens, MetaQA's 36 walks from a person ~2,000
+#: (a 3,016-token prompt with the 1.5B model, over the 3,000 budget).
+CHOICES_BUDGET_SHARE = 1 / 3
+
+
 def plan_parameters(
-    spec: type[PlanSpec], schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]]
+    spec: type[PlanSpec],
+    schema: GraphSchema,
+    max_hops: int,
+    linked: Sequence[Mapping[str, Any]],
+    budget_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The plan tool's JSON schema narrowed to this graph: labels, relationship types and linked keys as
     enums, path counts and lengths bounded. Servers that constrain tool arguments by grammar (llama.cpp,
     vLLM) then cannot emit an unknown name at all; the others see the valid names in the schema. Validation
-    (chaining, directions, targets) still runs on the reply."""
+    (chaining, directions, targets) still runs on the reply. With walk choices (``path_choices``) the schema is
+    one alternative per answer label, when it fits ``CHOICES_BUDGET_SHARE`` of ``budget_tokens``."""
     params = compact_schema(spec)
     props = params["properties"]
     labels, rels = schema.label_names(), schema.relation_names()
@@ -603,7 +614,10 @@ def plan_parameters(
             "properties": {**props, "target_type": {"const": label}, "relation_paths": paths_prop},
             "required": sorted({*params.get("required", []), "target_type", "relation_paths"}),
         })
-    return {"anyOf": alternatives}
+    offered = {"anyOf": alternatives}
+    if budget_tokens is not None and len(json.dumps(offered)) / 4 > budget_tokens * CHOICES_BUDGET_SHARE:
+        return params  # too many walks to spell out within the prompt budget: the hop-by-hop form
+    return offered
 
 
 class InvalidPlanError(PlannerError):
@@ -635,7 +649,8 @@ def _plan_messages(
 ) -> list[BaseMessage]:
     """System (schema, rules: the same for every question, so servers reuse its cache) + question."""
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
-    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, plan_parameters(spec, schema, config.max_hops, linked))
+    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
+    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, parameters)
     tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
     answer = (
         f"Call `{PLAN_TOOL}` with these fields."
@@ -687,7 +702,7 @@ def llm_plan(
     budget = budget or Budget()
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
     messages = _plan_messages(question, schema, linked, config, once)
-    parameters = plan_parameters(spec, schema, config.max_hops, linked)
+    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
     bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output, parameters)
 
     def invoke(history: Sequence[BaseMessage]) -> AIMessage:

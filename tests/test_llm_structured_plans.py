@@ -293,24 +293,32 @@ def test_plan_once_makes_one_call_and_the_executor_walks_the_plan(hpo_bundle: An
 
 
 def test_plan_once_prompt_stays_within_the_token_budget(hpo_bundle: Any) -> None:
-    """Many linked entities: the entity list is cut so system + question + tool schema fit the budget."""
+    """Many linked entities: the walk choices fall back to the hop-by-hop form and the entity list is cut, so
+    system + question + tool schema fit the budget."""
     terms = ["brachyturricephaly", "proptosis", "cutaneous syndactyly of toes", "arachnodactyly", "hypertelorism",
              "frontal bossing", "low-set ears", "high palate", "downslanted palpebral fissures", "broad hallux"]
     question = "Which disease has " + ", ".join(terms) + "?"
 
-    def prompt_of(budget: int) -> tuple[float, list[str]]:
+    def prompt_of(budget: int) -> tuple[float, list[str], bool]:
         cfg = config(planner_mode="plan-once", plan_prompt_tokens=budget, max_entities=50)
         model = ScriptedChatModel([plan_call(GOOD_PLAN)])
         result = ask(question, bundle=hpo_bundle, config=cfg, chat_model=model)
         assert len(model.calls) == 1 and result.llm_calls == 1
         prompt = model.calls[0]
-        size = (sum(len(str(m.content)) for m in prompt) + len(json.dumps(model.bound_tools[0]["function"]))) / 4
-        return size, [line for line in str(prompt[-1].content).splitlines() if line.startswith("- ")]
+        tool = model.bound_tools[0]["function"]
+        size = (sum(len(str(m.content)) for m in prompt) + len(json.dumps(tool))) / 4
+        listed = [line for line in str(prompt[-1].content).splitlines() if line.startswith("- ")]
+        return size, listed, "anyOf" in tool["parameters"]
 
-    full_size, full = prompt_of(20_000)
+    full_size, full, choices = prompt_of(20_000)
+    assert choices  # the fixture's few walks, offered
     budget = int(full_size) - 25
-    size, listed = prompt_of(budget)
-    assert size <= budget
+    size, listed, offered = prompt_of(budget)
+    assert size <= budget and not offered  # a tight budget drops the walk choices first
+    while len(listed) == len(full) and budget > 200:  # lower still: the entity list is cut
+        budget -= 100
+        size, listed, offered = prompt_of(budget)
+        assert size <= budget and not offered
     assert 0 < len(listed) < len(full)  # some entities listed, fewer than without the budget
 
 
@@ -426,6 +434,11 @@ def test_the_plan_tool_offers_each_target_only_the_walks_that_reach_it() -> None
     }
     assert all(alt["properties"]["sources"]["items"]["enum"] == ["a1"] for alt in params["anyOf"])
     assert "$ref" not in json.dumps(params)
+    # the choices must fit a third of the plan prompt's budget, else the hop-by-hop form is offered
+    size = len(json.dumps(params)) / 4
+    assert "anyOf" in plan_parameters(PlanOnceSpec, paper_schema(), 2, linked, budget_tokens=int(3 * size) + 1)
+    hops = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked, budget_tokens=int(3 * size) - 30)
+    assert "anyOf" not in hops and hops["properties"]["relation_paths"]["items"]["type"] == "array"
 
     plan = PlanSpec.model_validate(
         {"target_type": "Venue", "relation_paths": ["(Author)-[WROTE]->(Paper) -[PUBLISHED_IN]->(Venue)"]}
