@@ -48,6 +48,10 @@ _ARRAYS = (
 _BLOBS = ("node_props.bin", "edge_props.bin")
 
 
+_DIGEST_LOCK = threading.Lock()
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
 def code_digest(*objects: Any) -> str:
     """sha256 over the source of the functions and classes that compute some stored state (dataclasses by
     their fields, other values by ``repr``): state computed by other code is not reused.
@@ -60,15 +64,24 @@ def code_digest(*objects: Any) -> str:
     import dataclasses
     import inspect
 
-    parts = []
-    for obj in objects:
-        if dataclasses.is_dataclass(obj) and isinstance(obj, type):
-            parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
-        elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
-            parts.append(inspect.getsource(obj))
-        else:
-            parts.append(repr(obj))
-    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+    key = tuple(obj if callable(obj) else ("repr", repr(obj)) for obj in objects)  # functions and classes hash
+    # once per process and under a lock: inspect.getsource parses a class's module with ``ast``, and
+    # CPython 3.11 raises "AST constructor recursion depth mismatch" when threads parse at once (readers
+    # reopening an index after a rebuild did)
+    with _DIGEST_LOCK:
+        found = _DIGESTS.get(key)
+        if found is not None:
+            return found
+        parts = []
+        for obj in objects:
+            if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+                parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
+            elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+                parts.append(inspect.getsource(obj))
+            else:
+                parts.append(repr(obj))
+        digest = _DIGESTS[key] = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+        return digest
 
 
 def schema_digest() -> str:
