@@ -645,11 +645,12 @@ def _plan_messages(
     linked: Sequence[Mapping[str, Any]],
     config: AgentConfig,
     once: bool,
+    parameters: dict[str, Any],
     schema_text: str | None = None,
 ) -> list[BaseMessage]:
-    """System (schema, rules: the same for every question, so servers reuse its cache) + question."""
+    """System (schema, rules: the same for every question, so servers reuse its cache) + question, sized so
+    that they and the plan tool (``parameters``, from ``plan_parameters``) fit ``plan_prompt_tokens``."""
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
-    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
     tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, parameters)
     tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
     answer = (
@@ -701,8 +702,8 @@ def llm_plan(
     """
     budget = budget or Budget()
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
-    messages = _plan_messages(question, schema, linked, config, once)
     parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
+    messages = _plan_messages(question, schema, linked, config, once, parameters)
     bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output, parameters)
 
     def invoke(history: Sequence[BaseMessage]) -> AIMessage:
@@ -719,7 +720,9 @@ def llm_plan(
         first = int(meta.get("input_tokens", 0) or 0) or first_tokens
         if 2 * first + REPAIR_TOKENS <= config.plan_prompt_tokens:
             return list(history)
-        compact = _plan_messages(question, schema, linked, config, once, schema_text=compact_schema_text(schema))
+        compact = _plan_messages(
+            question, schema, linked, config, once, parameters, schema_text=compact_schema_text(schema)
+        )
         return [compact[0], *history[1:]]
 
     def validate(plan: PlanSpec) -> list[str]:
