@@ -42,23 +42,15 @@ def _profile_json(skb: SKB, section: str) -> str:
 _DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
-def _code(*objects: Any) -> str:
-    """The digest of the functions and classes that compute a record (``code_digest``).
-
-    Why not whole modules: the linker and the scorer change often in ways that do not touch what is
-    stored (clause linking, new scoring formulas over the same matrices); hashing only the computing
-    functions keeps a valid record valid, while any change to them retires it."""
-    return code_digest(*objects)
-
-
 def lexicon_digest(skb: SKB) -> str:
     """The code and profile the lexicon record depends on (computed once per SKB)."""
     per = _DIGESTS.setdefault(skb, {})
     if LEXICON not in per:
         from agent import linking as ln
 
-        code = _code(ln.build_lexicon, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
-                     sorted(ln.FRAME_WORDS), ln._ACRONYM.pattern)
+        # only the computing functions, not whole modules: the linker changes often without touching the record
+        code = code_digest(ln.build_lexicon, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
+                            sorted(ln.FRAME_WORDS), ln._ACRONYM.pattern)
         per[LEXICON] = digest_of(code, _profile_json(skb, "linking"))
     return per[LEXICON]
 
@@ -69,8 +61,8 @@ def scoring_digest(skb: SKB) -> str:
     if SCORING not in per:
         from agent import ontology_scoring as os_
 
-        code = _code(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
-                     os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
+        code = code_digest(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
+                            os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
         per[SCORING] = digest_of(code, code_digest(Node, Edge), _profile_json(skb, "scoring"))
     return per[SCORING]
 

@@ -441,9 +441,9 @@ class CompactSKB(SKB):
             sides.append((self._out_ptr, self._out_idx, self._edge_dst))
         if direction in ("in", "both"):
             sides.append((self._in_ptr, self._in_idx, self._edge_src))
-        lid = self._labels.index(label) if label is not None and label in self._labels else None
-        if label is not None and lid is None:
+        if label is not None and label not in self._labels:
             return []
+        lid = None if label is None else self._labels.index(label)
         found: list[str] = []
         for ptr, idx, other in sides:
             edges = idx[ptr[i] : ptr[i + 1]]
