@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from graphs.embedder import DEFAULT_EMBEDDER
 from graphs.errors import ConfigError
 from graphs.model import SKB
 
@@ -52,8 +53,9 @@ class IndexConfig(BaseModel):
 
     dataset: str = "custom"
     store: Literal["falkordb", "neo4j", "none"] = "falkordb"
-    embedder: str = "minilm:64"
-    """64 tokens: node texts are embedded ~2x faster than at 128 (a cold HPO build on 2 cores)."""
+    embedder: str = DEFAULT_EMBEDDER
+    """See ``graphs.embedder.DEFAULT_EMBEDDER``; an index keeps the spec it was built with (manifest), so changing
+    this default never changes how an existing index embeds its queries."""
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
     hnsw_ef: int = 128

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from graphs.embedder import DEFAULT_EMBEDDER
 from graphs.errors import SKBError
 from graphs.loaders import DATASETS
 from graphs.model import SKB
@@ -36,7 +37,9 @@ def index_command(
         Path | None, typer.Option(help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in)")
     ] = None,
     store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
-    embedder: Annotated[str, typer.Option(help="minilm[:max_tokens] | openai:<model>")] = "minilm:64",
+    embedder: Annotated[
+        str, typer.Option(help="minilm[:max_tokens][:int8|:torch] (no suffix: fp32) | openai:<model>")
+    ] = DEFAULT_EMBEDDER,
     similarity_percentile: Annotated[
         float | None, typer.Option(help="SAGE similarity edges kept above this percentile (e.g. 95)")
     ] = None,

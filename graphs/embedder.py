@@ -82,6 +82,13 @@ MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_RUNTIMES = ("onnx", "int8", "torch")
 
 
+#: The build's embedder (``skb index --embedder``): 64 tokens embed node texts ~2x faster than 128;
+#: int8 (dynamic, per-channel) embeds a cold HPO build's 99k texts in 540 s instead of 729 s on 2 cores
+#: and single queries faster, at mean cosine 0.993 to fp32 and benchmark quality within 0.005 of it
+#: (evals/reports/int8-embedder). An index keeps the spec it was built with (its manifest).
+DEFAULT_EMBEDDER = "minilm:64:int8"
+
+
 def minilm_model_name(max_seq_length: int, runtime: str = "onnx") -> str:
     """The identity recorded in manifests and cache keys.
 

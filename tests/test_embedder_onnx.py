@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,6 +103,10 @@ def test_int8_variant_is_close_and_named_apart(hpo_sample: list[str], torch_vect
     assert int8.model_name == "all-MiniLM-L6-v2@64+int8" != MiniLMEmbedder(max_seq_length=SEQ).model_name
     cosines = np.sum(int8.embed(hpo_sample) * torch_vectors, axis=1)
     assert float(cosines.mean()) >= 0.985 and float(cosines.min()) >= 0.94
+    # Activation scales are per run, so a text's vector depends a little on its batch (fp32: it does not).
+    alone = np.vstack([int8.embed_query(text) for text in hpo_sample[:100]])
+    within = np.sum(alone * int8.embed(hpo_sample[:100]), axis=1)
+    assert float(within.mean()) >= 0.985 and float(within.min()) >= 0.94
     assert isinstance(get_embedder("minilm:64:int8"), MiniLMEmbedder)
     assert get_embedder("minilm:64:int8").model_name == int8.model_name
 
@@ -241,7 +246,8 @@ def test_index_built_with_torch_is_queried_with_onnx(
     index_dir = tmp_path / "index"
     with monkeypatch.context() as patched:
         patched.setattr(embedder_mod, "get_embedder", torch_runtime)
-        build_index(hpo_mini_skb, index_dir, IndexConfig(dataset="hpo", store="none"))  # type: ignore[arg-type]
+        # The fp32 spec explicitly: the default build embedder is the int8 variant, which torch does not run.
+        build_index(hpo_mini_skb, index_dir, IndexConfig(dataset="hpo", store="none", embedder="minilm:64"))  # type: ignore[arg-type]
     manifest = json.loads((index_dir / "manifest.json").read_text())
     assert manifest["extra"]["embedder_spec"] == "minilm:64"
 
@@ -256,3 +262,24 @@ def test_index_built_with_torch_is_queried_with_onnx(
             assert [k for k, _ in got] == [k for k, _ in want]
             np.testing.assert_allclose([s for _, s in got], [s for _, s in want], atol=1e-4)
         assert bundle.search("fused fingers and toes", mode="vss", k=5)
+
+
+# -- the default build embedder ----------------------------------------------------------------
+def test_default_build_is_int8_and_queries_embed_with_the_same_model(hpo_index_dir: Path, hpo_bundle: Any) -> None:
+    """The default index is built with the int8 model and its questions are embedded by that model:
+    an fp32 query vector would sit ~0.99 cosine off every stored vector and reorder close neighbours."""
+    from graphs.build import IndexConfig
+    from graphs.embedder import DEFAULT_EMBEDDER
+
+    assert IndexConfig().embedder == DEFAULT_EMBEDDER == "minilm:64:int8"
+    manifest = json.loads((hpo_index_dir / "manifest.json").read_text())
+    assert manifest["extra"]["embedder_spec"] == DEFAULT_EMBEDDER
+    assert manifest["embedder"]["model_name"] == "all-MiniLM-L6-v2@64+int8"
+    key = hpo_bundle.hnsw.keys[0]
+    text = hpo_bundle.skb.node_text(key)
+    query = hpo_bundle.embedder.embed_query(text)
+    np.testing.assert_allclose(query, MiniLMEmbedder(max_seq_length=SEQ, quantize=True).embed_query(text), atol=1e-5)
+    # A node's own text finds the node first. Not at cosine 1: dynamic int8 quantizes activations with
+    # one scale per run, so a text embedded inside a build batch and alone differ slightly (~0.99).
+    top_key, top_sim = hpo_bundle.hnsw.search(query, 1)[0]
+    assert top_key == key and top_sim > 0.95
