@@ -205,7 +205,7 @@ def build_index(
     skb: SKB, index_dir: Path, config: IndexConfig | None = None, progress: StageProgress | None = None
 ) -> BuildSummary:
     from graphs.bm25_index import BM25Index
-    from graphs.embedder import get_embedder
+    from graphs.embedder import embed_all, get_embedder
     from graphs.hnsw_index import HNSWIndex, HNSWParams
     from graphs.loaders.jsonl import write_jsonl
     from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
@@ -244,14 +244,8 @@ def build_index(
         t0 = time.perf_counter()
         cache_dir = config.cache_dir or default_cache_dir(index_dir)
         embedder = get_embedder(config.embedder, cache_dir=cache_dir / "emb")
-        import numpy as np
-
-        chunks = []
         batch = max(1, config.embed_batch)
-        for start in range(0, len(texts), batch):
-            chunks.append(embedder.embed(texts[start : start + batch]))
-            report("embed", min(start + batch, len(texts)), len(texts))
-        vectors = np.vstack(chunks).astype("float32")
+        vectors = embed_all(embedder, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
         timings["embed"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -185,14 +185,9 @@ def build_phrase_index(
     entries = list(phrase_entries(skb))
     if not entries:
         return None
-    texts = [text for _, _, text in entries]
-    chunks: list[np.ndarray] = []
-    for start in range(0, len(texts), batch):
-        chunks.append(np.asarray(embedder.embed(texts[start : start + batch]), dtype=np.float32))
-        if progress is not None:
-            progress(min(start + batch, len(texts)), len(texts))
-    vectors = np.vstack(chunks)
-    vectors = (vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    from graphs.embedder import embed_all
+
+    vectors = embed_all(embedder, [text for _, _, text in entries], chunk=batch, progress=progress)
     return PhraseIndex(graph_of(vectors), [k for k, _, _ in entries], [kind for _, kind, _ in entries])
 
 

@@ -251,20 +251,6 @@ def _check_percentile(percentile: float | None) -> None:
         raise ConfigError(f"similarity percentile must be a number in [0, 100], got {percentile!r} (e.g. 95)")
 
 
-def _embed_unique(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """Embed each distinct text once (names repeat: 'Seizure' is a name and a synonym)."""
-    uniq = list(dict.fromkeys(texts))
-    pos = {t: i for i, t in enumerate(uniq)}
-    parts = [np.asarray(embedder.embed(uniq[s : s + _EMBED_BATCH]), dtype=np.float32)
-             for s in range(0, len(uniq), _EMBED_BATCH)]
-    mat = np.concatenate(parts, axis=0) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
-    if mat.shape[0] != len(uniq):
-        raise ConfigError(f"embedder {embedder.model_name!r} returned {mat.shape[0]} vectors for {len(uniq)} texts")
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    mat = mat / np.maximum(norms, 1e-12)
-    return np.ascontiguousarray(mat[[pos[t] for t in texts]], dtype=np.float32)
-
-
 def _knn_pairs(vectors: np.ndarray, k: int, *, seed: int = 100) -> tuple[np.ndarray, np.ndarray]:
     """Directed (i, j) pairs: j among i's top-k cosine neighbours, i != j."""
     n = len(vectors)
@@ -313,6 +299,8 @@ def compute_candidates(
     ``fields`` maps label -> field names (``"@text"`` = the node's whole indexed text,
     taken from ``hnsw``); default: :func:`default_fields`. ``labels`` restricts the labels.
     """
+    from graphs.embedder import embed_all
+
     if knn < 1:
         raise ConfigError(f"similarity knn must be >= 1, got {knn}")
     plan = dict(fields) if fields is not None else default_fields(skb)
@@ -367,7 +355,7 @@ def compute_candidates(
                     report("similarity", done, steps)
                     continue
                 pos = np.asarray(positions, dtype=np.int64)
-                vecs = _embed_unique(embedder, texts)
+                vecs = embed_all(embedder, texts, chunk=_EMBED_BATCH)
             timings["embed"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             src, dst = _knn_pairs(vecs, knn)

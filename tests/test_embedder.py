@@ -27,6 +27,7 @@ from graphs.embedder import (
     MiniLMEmbedder,
     OpenAIEmbedder,
     TorchMiniLMEmbedder,
+    embed_all,
     get_embedder,
 )
 from graphs.errors import ConfigError, SKBError
@@ -374,3 +375,50 @@ def test_get_embedder(
         get_embedder("word2vec")
     with pytest.raises(ConfigError, match="bad embedder spec 'minilm:x'"):
         get_embedder("minilm:x")
+
+
+class _Recording:
+    """The real embedder, remembering the texts of each embed() call."""
+
+    def __init__(self, inner: MiniLMEmbedder) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.calls: list[list[str]] = []
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return self.inner.embed(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+def test_embed_all_sorts_by_length_keeps_order_and_embeds_repeats_once(minilm: MiniLMEmbedder) -> None:
+    texts = [
+        "Abnormality of the cardiovascular system with a long description of the heart",
+        "Seizure",
+        "Short stature",
+        "Seizure",
+        "Intellectual disability, moderate",
+    ]
+    seen: list[tuple[int, int]] = []
+    recording = _Recording(minilm)
+    got = embed_all(recording, texts, chunk=2, progress=lambda done, total: seen.append((done, total)))
+    # Four distinct texts, shortest first, in chunks of two; progress counts distinct texts.
+    assert recording.calls == [["Seizure", "Short stature"], ["Intellectual disability, moderate", texts[0]]]
+    assert seen == [(2, 4), (4, 4)]
+    # Rows follow the input order (fp32 vectors do not depend on their batch), repeats share a vector.
+    want = np.vstack([minilm.embed_query(t) for t in texts])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert got.dtype == np.float32 and np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    with pytest.raises(ConfigError, match="returned shape"):
+        embed_all(_Truncating(minilm), texts)
+
+
+class _Truncating(_Recording):
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed(texts)[:-1]
