@@ -377,26 +377,6 @@ def test_get_embedder(
         get_embedder("minilm:x")
 
 
-class _Recording:
-    """The real embedder, remembering the texts of each embed() call."""
-
-    def __init__(self, inner: MiniLMEmbedder) -> None:
-        self.inner = inner
-        self.model_name = inner.model_name
-        self.calls: list[list[str]] = []
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        return self.inner.embed(texts)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
-
-
 def test_embed_all_sorts_by_length_keeps_order_and_embeds_repeats_once(minilm: MiniLMEmbedder) -> None:
     texts = [
         "Abnormality of the cardiovascular system with a long description of the heart",
@@ -406,7 +386,7 @@ def test_embed_all_sorts_by_length_keeps_order_and_embeds_repeats_once(minilm: M
         "Intellectual disability, moderate",
     ]
     seen: list[tuple[int, int]] = []
-    recording = _Recording(minilm)
+    recording = CountingEmbedder(minilm)
     got = embed_all(recording, texts, chunk=2, progress=lambda done, total: seen.append((done, total)))
     # Four distinct texts, shortest first, in chunks of two; progress counts distinct texts.
     assert recording.calls == [["Seizure", "Short stature"], ["Intellectual disability, moderate", texts[0]]]
@@ -419,6 +399,6 @@ def test_embed_all_sorts_by_length_keeps_order_and_embeds_repeats_once(minilm: M
         embed_all(_Truncating(minilm), texts)
 
 
-class _Truncating(_Recording):
+class _Truncating(CountingEmbedder):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.embed(texts)[:-1]
