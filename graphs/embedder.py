@@ -77,8 +77,9 @@ def embed_all(
 
     Why sorted: the encoder pads each batch to its longest text, and a chunk taken in storage order
     mixes 6-token names with 30-token definitions. Sorting all texts by length first (stable, so the
-    batches and the vectors are the same on every build) embedded HPO's phrases ~1.4x faster on 2
-    cores. ``progress(done, total)`` after each chunk. Distinct texts only: repeats reuse the vector.
+    batches and the vectors are the same on every build) cut a first HPO build's phrase stage from
+    199 s to 157 s on 2 cores. ``progress(done, total)`` after each chunk, counting distinct texts:
+    each is embedded once and repeats reuse its vector.
     """
     items = list(texts)
     uniq = list(dict.fromkeys(items))
@@ -96,8 +97,10 @@ def embed_all(
         out[rows] = vecs
         if progress is not None:
             progress(min(start + step, len(order)), len(order))
+    if len(uniq) == len(items):
+        return l2_normalise(out)
     pos = {text: i for i, text in enumerate(uniq)}
-    return l2_normalise(out[[pos[text] for text in items]] if len(uniq) != len(items) else out)
+    return l2_normalise(out[[pos[text] for text in items]])
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
