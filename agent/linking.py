@@ -343,11 +343,19 @@ class EntityLinker:
         seg_of = self._segments_ids(tokens)
         exact = self._exact(tokens)
         described: list[tuple[int, int]] = []
+        held: dict[int, list[tuple[_Span, list[_Entry]]]] = {}
         if clauses is not None:
             described = self._described_clauses(question, tokens, exact, clauses)
             if described:
-                inside = [any(s <= span.start < e for s, e in described) for span, _ in exact]
-                exact = [pair for pair, drop in zip(exact, inside) if not drop]
+                # Exact names inside a described clause wait for the clause's candidates (below).
+                kept = []
+                for pair in exact:
+                    clause = next((c for c, (s, e) in enumerate(described) if s <= pair[0].start < e), None)
+                    if clause is None:
+                        kept.append(pair)
+                    else:
+                        held.setdefault(clause, []).append(pair)
+                exact = kept
                 for s, e in described:
                     for i in range(s, e):
                         claimed[i] = True
@@ -372,7 +380,7 @@ class EntityLinker:
             if self.use_embedding:
                 out.extend(self._entity(k, mention, s, "embedding") for k, s in self._embed(mention, exclude_labels))
         if described and clauses is not None:
-            out.extend(self._link_clauses(question, tokens, described, clauses, exclude_labels))
+            out.extend(self._settle_clauses(question, tokens, described, held, clauses, exclude_labels))
         seen: set[str] = set()
         unique: list[LinkedEntity] = []
         mentions: set[tuple[str, int | str]] = set()
@@ -413,6 +421,47 @@ class EntityLinker:
             covered = sum(1 for i in content if exact_tok[i])
             if e > s and is_description(len(content), covered, settings):
                 out.append((s, e))
+        return out
+
+    def _settle_clauses(
+        self,
+        question: str,
+        tokens: list[_Token],
+        described: list[tuple[int, int]],
+        held: dict[int, list[tuple[_Span, list[_Entry]]]],
+        settings: ClauseSettings,
+        exclude: Sequence[str],
+    ) -> list[LinkedEntity]:
+        """The described clauses' candidate groups, except where a clause turns out to name a term.
+
+        Why: a clause is judged a description by how few of its content words exact names cover, so a
+        question's own wording around a name ("pathogenic variants of what gene lead to cleft palate",
+        "cleft palate: which gene should we sequence first") can make a named term look described. When
+        the clause's paraphrase candidates include terms the clause names exactly, the clause names them:
+        those exact links stand, at full weight, and the group (a diluted copy of the same term and its
+        relatives) is dropped; a clause with no candidate at all keeps all its exact names. A description
+        that happens to contain another term's name keeps its group when its candidates point elsewhere.
+        """
+        groups = self._link_clauses(question, tokens, described, settings, exclude)
+        by_group: dict[int, list[LinkedEntity]] = defaultdict(list)
+        for ent in groups:
+            by_group[int(ent.group or 0)].append(ent)
+        out: list[LinkedEntity] = []
+        for clause in range(len(described)):
+            candidates = by_group.get(clause, [])
+            names = {
+                entry.key: question[tokens[span.start].start : tokens[span.end - 1].end]
+                for span, entries in held.get(clause, [])
+                for entry in entries
+            }
+            if candidates and names:
+                # Only the names the clause's candidates confirm: a definition that lists other terms
+                # ("a sequence of A, B and C") still counts once, as the term it defines.
+                names = {ent.key: names[ent.key] for ent in candidates if ent.key in names}
+            if names:
+                out.extend(self._entity(key, mention, 1.0, "exact") for key, mention in names.items())
+            else:
+                out.extend(candidates)
         return out
 
     def _link_clauses(

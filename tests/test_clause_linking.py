@@ -196,6 +196,7 @@ def test_clause_linking_cases(catalog: Any, case: dict[str, Any]) -> None:
         assert groups[group][0] == expected  # the best candidate is listed first
     named = {e.key for e in found if e.group is None and e.method == "exact"}
     assert set(case["named"]) <= named
+    assert not set(case.get("not_named", [])) & {e.key for e in found}
 
 
 def test_clause_linking_off_or_without_the_artifact_keeps_the_old_links(
