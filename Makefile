@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-all install lint typecheck bench clean metaqa metaqa-bench
+.PHONY: demo test test-all install bytecode lint typecheck bench clean metaqa metaqa-bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,7 +21,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Bytecode for the project's own modules: an editable install leaves them uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set every `skb` start recompiles them (~0.2 s of a cold `skb ask`).
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q graphs tools agent evals prompts
+
+demo: $(STAMP) bytecode
 	$(BIN)/skb index --dataset hpo --index-dir $(INDEX_DIR)
 	$(BIN)/skb search "seizures, microcephaly and global developmental delay" --index-dir $(INDEX_DIR) --mode hybrid --type Disease --k 10
 	$(BIN)/skb ask "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion and cutaneous syndactyly of toes?" --index-dir $(INDEX_DIR)
