@@ -53,6 +53,7 @@ from agent.refine import Next, constrain, next_stage, rerank_seeds
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
 from agent.state import AgentInput, AgentOutput, AgentState, Candidate, SeedItem
 from graphs.errors import ConfigError, PlannerError, SKBError
+from graphs.loaders.profiles import profile_for
 from graphs.sage_expand import expand as sage_expand
 from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
 from prompts import render_prompt
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from graphs.bundle import IndexBundle
+    from graphs.model import GraphSchema
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -418,7 +420,7 @@ class AgentGraph:
     ) -> tuple[str | None, list[list[dict[str, Any]]]]:
         """Target type from the wording (unless given) and the schema's relation paths to it."""
         schema = schema_of(self.bundle)
-        target = target or predict_target_type(question, schema)
+        target = target or predict_target_type(question, schema) or self._default_answer_label(schema)
         if target is None:
             return None, []
         sources = list(dict.fromkeys(str(e["label"]) for e in linked if e.get("label") != target))
@@ -426,6 +428,11 @@ class AgentGraph:
             return target, []
         raw = relation_paths(schema, sources, target, max_hops=cfg.max_hops)
         return target, [[_to_dict(step) for step in path] for path in raw]
+
+    def _default_answer_label(self, schema: GraphSchema) -> str | None:
+        """The profile's answer type for questions that name none, when this SKB has that label."""
+        label = profile_for(self.bundle.skb).planner.default_answer_label
+        return label if label is not None and label in schema.label_names() else None
 
     def _tool_text(self, cfg: AgentConfig, question: str) -> str:
         tools = self.tools(cfg, question)

@@ -22,7 +22,7 @@ from agent.config import AgentConfig
 from agent.linking import EntityLinker
 from agent.offline_planner import feature_groups, rank_targets
 from agent.ontology_scoring import model_for
-from graphs.loaders.profiles import LinkingSpec, Profile, ScoringSpec
+from graphs.loaders.profiles import LinkingSpec, PlannerSpec, Profile, ScoringSpec
 from graphs.model import SKB, Edge, Node, NodeType
 from graphs.phrase_index import definition_sentences, phrase_entries, phrase_index_for
 from tests.test_offline_planner import tiny_skb
@@ -309,3 +309,29 @@ def test_soft_max_over_intermediates_counts_several_good_ones() -> None:
     assert soft["G2"] == pytest.approx(LN2, abs=1e-4)
     assert soft["G3"] == pytest.approx(LN43, abs=1e-4)
     assert AgentConfig(intermediate_temperature=1.0).scoring_overrides() == {"intermediate_temperature": 1.0}
+
+
+# -- questions that name no answer type ------------------------------------------------------------
+
+def test_a_question_naming_no_answer_type_plans_for_the_profiles_default_label(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a type word the plan has no target (semantic search over every label) unless the profile
+    names a default answer label that this SKB has: then the schema's paths lead to it."""
+    from agent.graph import AgentGraph
+
+    question = "Something with a kettle and a toaster -- any idea?"
+    linked = [e.model_dump() for e in EntityLinker(catalog).link(question, 20)]
+    assert {e["key"] for e in linked} == {"C_KETTLE", "C_TOASTER"}
+    graph = AgentGraph(catalog, AgentConfig())
+    assert graph._heuristic_plan(question, linked, AgentConfig()) == (None, [])
+
+    base = catalog.skb.profile
+    monkeypatch.setattr(catalog.skb, "profile", base.model_copy(update={"planner": PlannerSpec(default_answer_label="Product")}))
+    target, paths = graph._heuristic_plan(question, linked, AgentConfig())
+    assert target == "Product"
+    assert [{"rel": "IN_CATEGORY", "direction": "in", "to_label": "Product"}] in paths
+    # A type word still wins over the default, and a default label the SKB lacks is ignored.
+    assert graph._heuristic_plan("Which category has a kettle?", linked, AgentConfig())[0] == "Category"
+    monkeypatch.setattr(catalog.skb, "profile", base.model_copy(update={"planner": PlannerSpec(default_answer_label="Recipe")}))
+    assert graph._heuristic_plan(question, linked, AgentConfig()) == (None, [])

@@ -340,3 +340,13 @@ def test_symmetric_weight_from_the_profile_rewards_targets_the_query_explains() 
     assert s == pytest.approx(expected, abs=1e-6)
     assert s["I1"] > s["I4"]  # without the symmetric term (and no size penalty) they tie
     assert _scores(model, ["A1"], symmetric=0.0)["I1"] == pytest.approx(_scores(model, ["A1"], symmetric=0.0)["I4"])
+
+
+def test_a_question_naming_no_answer_type_is_answered_as_the_profiles_default(hpo_bundle: Any) -> None:
+    """HPO's profile names Disease as the default answer: a question without a type word is a diagnosis."""
+    from agent.api import ask
+
+    result = ask("My son has brachyturricephaly, proptosis and cutaneous syndactyly of toes. What could he have?",
+                 bundle=hpo_bundle)
+    assert result.target_type == "Disease"
+    assert result.context[0].key == "OMIM:101200"

@@ -44,6 +44,7 @@ Format (all sections optional except what a triples file needs: ``relations`` wi
     [planner]
     relation_paths = true                # predict multi-hop relation paths from the wording
     max_hops = 3
+    default_answer_label = "Movie"       # the answer type when a question names none
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ class PlannerSpec(_Strict):
     embed_margin: float = Field(default=0.5, ge=0.0)
     """Wording-score lead over the runner-up above which the question is not embedded."""
     paths_walked: int = Field(default=2, ge=1, le=5)
+    default_answer_label: str | None = None
+    """The answer type assumed when a question names none ("my son has A and B -- what could he have?"),
+    if the SKB has that label; None: such questions go to semantic search over every label."""
 
 
 class Profile(_Strict):
