@@ -18,7 +18,6 @@ agreement. When both indexes hold a phrase artifact, the same for phrase vectors
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 from pathlib import Path
@@ -30,13 +29,10 @@ _SEGMENT = re.compile(r",|;|\band\b")
 
 
 def _questions(paths: list[Path], limit: int) -> list[str]:
-    out: list[str] = []
-    for path in paths:
-        with path.open(encoding="utf-8", newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        column = "query" if rows and "query" in rows[0] else "question"
-        out.extend(row[column] for row in rows[:limit])
-    return out
+    """The first ``limit`` queries of each benchmark (read and checked by ``evals.bench.load_bench``)."""
+    from evals.bench import load_bench
+
+    return [q.query for path in paths for q in load_bench(path, limit=limit).questions]
 
 
 def _segments(questions: list[str], n: int) -> list[str]:
@@ -75,9 +71,15 @@ def compare(baseline: Any, candidate: Any, sets: dict[str, list[str]], k: int = 
         raise SystemExit("the two indexes hold different nodes (or a different order): build both from one SKB")
     pos = {key: i for i, key in enumerate(keys_a)}
     report: dict[str, Any] = {"k": k, "nodes": len(keys_a)}
+    queries = {
+        name: (
+            np.asarray(baseline.embedder.embed(texts), dtype=np.float32),
+            np.asarray(candidate.embedder.embed(texts), dtype=np.float32),
+        )
+        for name, texts in sets.items()
+    }
     for name, texts in sets.items():
-        qa = np.asarray(baseline.embedder.embed(texts), dtype=np.float32)
-        qb = np.asarray(candidate.embedder.embed(texts), dtype=np.float32)
+        qa, qb = queries[name]
         cos = np.sum(qa * qb, axis=1)
         exact_a, exact_b = _exact_top(mat_a, qa, k), _exact_top(mat_b, qb, k)
         hnsw_b = [{pos[key] for key, _ in row} for row in candidate.hnsw.search_batch(qb, k)]
@@ -100,9 +102,7 @@ def compare(baseline: Any, candidate: Any, sets: dict[str, list[str]], k: int = 
             "vector_cosine_p1": float(np.percentile(phrase_cos, 1)),
             "vector_cosine_mean": float(phrase_cos.mean()),
         }
-        for name, texts in sets.items():
-            qa = np.asarray(baseline.embedder.embed(texts), dtype=np.float32)
-            qb = np.asarray(candidate.embedder.embed(texts), dtype=np.float32)
+        for name, (qa, qb) in queries.items():
             exact_a, exact_b = _exact_top(pa[1], qa, k), _exact_top(pb[1], qb, k)
             ids, _ = pb[2].knn_query(qb, k=k)
             best_a = [pa[0][int(i)] for i in np.argmax(qa @ pa[1].T, axis=1)]
@@ -128,13 +128,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     from graphs.bundle import IndexBundle
+    from graphs.errors import SKBError
 
-    questions = _questions(args.bench, args.limit)
-    sets = {"questions": questions, "segments": _segments(questions, args.segments)}
-    with IndexBundle.open(args.baseline, store="none") as baseline, IndexBundle.open(
-        args.candidate, store="none"
-    ) as candidate:
-        report = compare(baseline, candidate, sets, args.k)
+    try:
+        questions = _questions(args.bench, args.limit)
+        sets = {"questions": questions, "segments": _segments(questions, args.segments)}
+        with IndexBundle.open(args.baseline, store="none") as baseline, IndexBundle.open(
+            args.candidate, store="none"
+        ) as candidate:
+            report = compare(baseline, candidate, sets, args.k)
+    except SKBError as exc:  # a missing or malformed benchmark or index: the message names the fix
+        raise SystemExit(str(exc)) from exc
     text = json.dumps(report, indent=2)
     print(text)
     if args.out is not None:

@@ -22,7 +22,15 @@ def test_an_index_compared_with_itself_agrees_fully(hpo_bundle: Any) -> None:
 
 def test_questions_and_segments_from_csv(tmp_path: Path) -> None:
     bench = tmp_path / "b.csv"
-    bench.write_text('id,query\n1,"Which disease has seizures, tall stature and hearing loss?"\n2,x\n')
+    bench.write_text('id,query,answer_ids\n1,"Which disease has seizures, tall stature and hearing loss?",["A"]\n'
+                     '2,x,["B"]\n')
     questions = _questions([bench], limit=1)
     assert questions == ["Which disease has seizures, tall stature and hearing loss?"]
     assert _segments(questions, 10) == ["Which disease has seizures", "tall stature", "hearing loss?"]
+
+
+def test_a_missing_benchmark_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    from evals.embedder_recall import main
+
+    with pytest.raises(SystemExit, match="benchmark file not found"):
+        main(["--baseline", str(tmp_path), "--candidate", str(tmp_path), "--bench", str(tmp_path / "none.csv")])
