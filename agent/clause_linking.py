@@ -16,13 +16,19 @@ the frame words from the lexicon, and the thresholds from ``AgentConfig`` (defau
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from graphs.model import SKB
 
 #: Characters that end a clause when the question has no semicolon.
 _SOFT_BREAK = re.compile(r",|\s(?:and|or)\s|\s(?:and|or)$")
@@ -58,6 +64,8 @@ class ClauseSettings:
     min_tokens: int = 3
     max_exact_coverage: float = 0.75
     confidence_power: float = 1.0
+    definition_match: bool = True
+    definition_coverage: float = 0.75
 
 
 def is_description(content_tokens: int, exact_tokens: int, settings: ClauseSettings) -> bool:
@@ -98,3 +106,120 @@ def embed_clauses(embedder: object, clauses: Sequence[str]) -> np.ndarray:
     vecs = np.asarray(inner.embed(list(clauses)), dtype=np.float32)  # type: ignore[attr-defined]
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return vecs / np.maximum(norms, 1e-12)
+
+
+# -- definitions quoted in the question ---------------------------------------------------------------
+
+
+#: Shortest definition sentence (in tokens, frame words trimmed at its edges) worth matching word for word.
+MIN_DEFINITION_TOKENS = 3
+
+
+@dataclass
+class DefinitionTable:
+    """The vocabulary's definition sentences as normalised token tuples, each with the nodes it defines.
+
+    Why: a clause that describes a term often quotes its definition, whole or cut short at a comma
+    ("distance from nasion to subnasale more than two standard deviations below the mean, or ...").
+    The linker then needs no embedding: the clause *is* the term's text, as a name is (exact before
+    fuzzy before embedding). Sentences are stored with frame words trimmed at both edges, since the
+    linker trims them from clauses ("in newborns, the two frontal bones ..." and "the two frontal
+    bones ..." match alike), and sorted, so every sentence a clause begins is one ``bisect`` away.
+    """
+
+    sentences: list[tuple[str, ...]]
+    """Sorted, distinct."""
+    keys: list[tuple[str, ...]]
+    """The node keys each sentence defines (a sentence several terms share lists them all)."""
+    _row: dict[tuple[str, ...], int] = field(init=False, repr=False)
+    _lengths: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._row = {toks: i for i, toks in enumerate(self.sentences)}
+        self._lengths = sorted({len(toks) for toks in self.sentences}, reverse=True)
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def match(self, tokens: Sequence[str], frame: frozenset[str], settings: ClauseSettings) -> list[str]:
+        """Keys of the definition a clause quotes (its normalised ``tokens``), or [] to embed it instead.
+
+        A clause quotes a sentence when, from some token on, the clause continues with the whole
+        sentence or stops inside it (cut short). The match must cover ``definition_coverage`` of the
+        clause's content words (words before or after it are the question's own) and at least
+        ``min_tokens`` of them; the longest match wins. A cut so short that more than ``candidates``
+        terms share it is ambiguous: the clause goes to the embedding index, which weighs them.
+        """
+        content = sum(1 for t in tokens if t not in frame)
+        need = max(settings.definition_coverage * content, float(settings.min_tokens))
+        if content < need:
+            return []
+        best_cover, rows = 0, []
+        skipped = 0
+        for start in range(len(tokens)):
+            if content - skipped < need:
+                break  # the content words left can no longer cover enough
+            tail = tuple(tokens[start:])
+            lo = hi = bisect.bisect_left(self.sentences, tail)
+            while hi < len(self.sentences) and self.sentences[hi][: len(tail)] == tail:
+                hi += 1
+            found: list[int] = list(range(lo, hi))  # the clause ends inside (or with) these sentences
+            span = len(tail)
+            if not found:  # a whole sentence, then words the question adds
+                for length in self._lengths:
+                    row = self._row.get(tail[:length]) if length < len(tail) else None
+                    if row is not None:
+                        found, span = [row], length
+                        break
+            cover = sum(1 for t in tail[:span] if t not in frame)
+            if found and cover >= need and cover > best_cover:
+                best_cover, rows = cover, found
+            if tokens[start] not in frame:
+                skipped += 1
+        keys = list(dict.fromkeys(k for row in rows for k in self.keys[row]))
+        return keys if len(keys) <= settings.candidates else []
+
+
+def trim_frame(tokens: Sequence[str], frame: frozenset[str]) -> tuple[str, ...]:
+    """``tokens`` without the frame words at either edge."""
+    s, e = 0, len(tokens)
+    while s < e and tokens[s] in frame:
+        s += 1
+    while e > s and tokens[e - 1] in frame:
+        e -= 1
+    return tuple(tokens[s:e])
+
+
+def build_definition_table(entries: Iterable[tuple[str, str, str]], frame: frozenset[str]) -> DefinitionTable:
+    """The table over ``(node key, kind, text)`` phrase entries (``graphs.phrase_index.phrase_entries``)."""
+    from agent.linking import normalise
+
+    by_sentence: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for key, kind, text in entries:
+        if kind != "definition":
+            continue
+        toks = trim_frame(normalise(text), frame)
+        if len(toks) >= MIN_DEFINITION_TOKENS and key not in by_sentence[toks]:
+            by_sentence[toks].append(key)
+    sentences = sorted(by_sentence)
+    return DefinitionTable(sentences, [tuple(by_sentence[toks]) for toks in sentences])
+
+
+_TABLES: weakref.WeakKeyDictionary[SKB, DefinitionTable] = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def definition_table_for(skb: SKB) -> DefinitionTable:
+    """The SKB's definition table: stored by ``skb index`` (``agent.precomputed``) when valid, else built."""
+    from agent.linking import frame_words
+    from agent.precomputed import stored_definitions
+    from graphs.phrase_index import phrase_entries
+
+    with _TABLES_LOCK:
+        table = _TABLES.get(skb)
+        if table is None:
+            table = stored_definitions(skb)
+            if table is None:
+                table = build_definition_table(phrase_entries(skb), frame_words(skb))
+            _TABLES[skb] = table
+        return table

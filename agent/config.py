@@ -158,6 +158,15 @@ class AgentConfig(BaseModel):
         default=0.75, ge=0.0, le=1.0,
         description="a clause whose content words are named exactly above this share is a list of names, not a description",
     )
+    clause_definition_match: bool = Field(
+        default=True,
+        description="a described clause that quotes a term's definition (whole, or cut short) links to that term "
+        "exactly, without embedding; off: every described clause goes to the phrase vectors",
+    )
+    clause_definition_coverage: float = Field(
+        default=0.75, ge=0.0, le=1.0,
+        description="share of a clause's content words a quoted definition must cover (the rest is the question's own)",
+    )
     frequency_mix: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="share of annotation-frequency-weighted matches in ontology scoring; None: the domain "
@@ -201,6 +210,8 @@ class AgentConfig(BaseModel):
             min_tokens=self.clause_min_tokens,
             max_exact_coverage=self.clause_max_exact_coverage,
             confidence_power=self.link_confidence_power,
+            definition_match=self.clause_definition_match,
+            definition_coverage=self.clause_definition_coverage,
         )
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from agent.clause_linking import ClauseSettings, clause_spans, embed_clauses, is_description, weighted_candidates
+from agent.clause_linking import (
+    ClauseSettings,
+    clause_spans,
+    definition_table_for,
+    embed_clauses,
+    is_description,
+    weighted_candidates,
+)
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
 from graphs.phrase_index import has_phrase_index, phrase_index_for
@@ -172,12 +179,18 @@ def _label_words(label: str) -> set[str]:
     return out
 
 
-def build_lexicon(skb: SKB) -> Lexicon:
-    table: dict[tuple[str, ...], list[_Entry]] = defaultdict(list)
+def frame_words(skb: SKB) -> frozenset[str]:
+    """Words that frame a question on ``skb``: the generic ones, the profile's, the schema's label names
+    (each also stemmed, as question tokens are)."""
     frame = set(FRAME_WORDS) | {w.lower() for w in profile_for(skb).linking.frame_words}
     for label in skb.node_types:
         frame |= _label_words(label)
-    frame = {stem(w) for w in frame} | frame
+    return frozenset({stem(w) for w in frame} | frame)
+
+
+def build_lexicon(skb: SKB) -> Lexicon:
+    table: dict[tuple[str, ...], list[_Entry]] = defaultdict(list)
+    frame = frame_words(skb)
     for node in skb.nodes.values():
         ntype = skb.node_types.get(node.label)
         names: list[tuple[str, bool]] = [(node.name, True)]
@@ -210,7 +223,7 @@ def build_lexicon(skb: SKB) -> Lexicon:
         by_token=dict(by_token),
         token_df=token_df,
         vocab_by_prefix=dict(vocab_by_prefix),
-        frame=frozenset(frame),
+        frame=frame,
     )
 
 
@@ -472,21 +485,31 @@ class EntityLinker:
         settings: ClauseSettings,
         exclude: Sequence[str],
     ) -> list[LinkedEntity]:
-        """Weighted candidates per described clause from the phrase index (one embedding batch)."""
-        index = phrase_index_for(self.bundle)
-        if index is None:
-            return []
+        """Candidates per described clause: the terms whose definition it quotes (exact, full weight), else
+        weighted neighbours from the phrase index (one embedding batch for the clauses left)."""
         texts = [question[tokens[s].start : tokens[e - 1].end] for s, e in described]
-        try:
-            vecs = embed_clauses(self.bundle.embedder, texts)
-        except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
-            return []
-        pool = max(settings.candidates * 2, settings.candidates + 4)
+        table = definition_table_for(self.skb) if settings.definition_match else None
         out: list[LinkedEntity] = []
-        for group, (text, hits) in enumerate(zip(texts, index.search(vecs, pool))):
+        pending: list[int] = []
+        for group, (s, e) in enumerate(described):
+            quoted = table.match([t.norm for t in tokens[s:e]], self.lexicon.frame, settings) if table else []
+            keys = [k for k in quoted if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]
+            if not keys:
+                pending.append(group)
+            for key in keys:
+                out.append(self._entity(key, texts[group], 1.0, "exact").model_copy(update={"group": group}))
+        index = phrase_index_for(self.bundle) if pending else None  # ~100 MB on HPO: loaded only when needed
+        if index is None:
+            return out
+        try:
+            vecs = embed_clauses(self.bundle.embedder, [texts[g] for g in pending])
+        except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
+            return out
+        pool = max(settings.candidates * 2, settings.candidates + 4)
+        for group, hits in zip(pending, index.search(vecs, pool)):
             usable = [(k, s) for k, s in hits if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]
             for key, sim, weight in weighted_candidates(usable, settings):
-                ent = self._entity(key, text, round(sim, 4), "embedding")
+                ent = self._entity(key, texts[group], round(sim, 4), "embedding")
                 out.append(ent.model_copy(update={"group": group, "weight": round(weight, 4)}))
         return out
 

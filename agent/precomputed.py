@@ -31,6 +31,7 @@ from graphs.skb_state import Record, digest_of, read_state, state_dir_of, write_
 LEXICON = "lexicon"
 NAMES = "names"
 SCORING = "scoring"
+DEFINITIONS = "definitions"
 
 
 def _profile_json(skb: SKB, section: str) -> str:
@@ -49,10 +50,23 @@ def lexicon_digest(skb: SKB) -> str:
         from agent import linking as ln
 
         # only the computing functions, not whole modules: the linker changes often without touching the record
-        code = code_digest(ln.build_lexicon, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
+        code = code_digest(ln.build_lexicon, ln.frame_words, ln.normalise, ln.stem, ln._fold, ln._label_words, ln._Entry, ln.Lexicon,
                             sorted(ln.FRAME_WORDS), ln._ACRONYM.pattern)
         per[LEXICON] = digest_of(code, _profile_json(skb, "linking"))
     return per[LEXICON]
+
+
+def definitions_digest(skb: SKB) -> str:
+    """The code, profile and lexicon frame the definition table depends on (computed once per SKB)."""
+    per = _DIGESTS.setdefault(skb, {})
+    if DEFINITIONS not in per:
+        from agent import clause_linking as cl
+        from graphs import phrase_index as pi
+
+        code = code_digest(cl.build_definition_table, cl.trim_frame, cl.MIN_DEFINITION_TOKENS, pi.phrase_entries,
+                            pi.definition_sentences, pi.MAX_DEFINITION_SENTENCES, pi.MIN_SENTENCE_CHARS)
+        per[DEFINITIONS] = digest_of(code, lexicon_digest(skb))
+    return per[DEFINITIONS]
 
 
 def scoring_digest(skb: SKB) -> str:
@@ -113,6 +127,35 @@ def precompute_lexicon(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
     }
     write_state(state_dir, LEXICON, lexicon_digest(skb), meta, arrays)
     write_state(state_dir, NAMES, lexicon_digest(skb), {"names": [skb.nodes[key].name for key in keys]}, {})
+
+
+def precompute_definitions(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
+    """Store the definition table (``agent.clause_linking.DefinitionTable``): sorted sentences, node positions."""
+    from agent.clause_linking import build_definition_table
+    from agent.linking import frame_words
+    from graphs.phrase_index import phrase_entries
+
+    table = build_definition_table(phrase_entries(skb), frame_words(skb))
+    position = {key: i for i, key in enumerate(_node_keys(skb))}
+    ptr = np.zeros(len(table.keys) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(keys) for keys in table.keys])
+    nodes = np.asarray([position[key] for keys in table.keys for key in keys], dtype=np.int32)
+    meta = {"sentences": [" ".join(toks) for toks in table.sentences]}
+    write_state(state_dir, DEFINITIONS, definitions_digest(skb), meta, {"ptr": ptr, "node": nodes})
+
+
+def stored_definitions(skb: SKB) -> Any:
+    """The stored ``DefinitionTable`` of ``skb``'s index, or None (build it instead)."""
+    found = _stored(skb, DEFINITIONS, definitions_digest)
+    if found is None:
+        return None
+    from agent.clause_linking import DefinitionTable
+
+    meta, arrays = found
+    keys = _node_keys(skb)
+    ptr, node = np.asarray(arrays["ptr"]), np.asarray(arrays["node"])
+    sentences = [tuple(joined.split(" ")) for joined in meta["sentences"]]
+    return DefinitionTable(sentences, [tuple(keys[int(n)] for n in node[ptr[i] : ptr[i + 1]]) for i in range(len(sentences))])
 
 
 class _StoredTable(Mapping[tuple[str, ...], list[Any]]):

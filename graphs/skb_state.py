@@ -38,7 +38,11 @@ _FORMAT = 1
 #: ``(skb, state_dir, schema)`` (``skb.schema()``, computed once per build) and writes its records
 #: with ``write_state``. Named, not imported, so the
 #: graph layer does not import the agent's modules until a build runs them.
-PRECOMPUTERS = ("agent.precomputed:precompute_lexicon", "agent.precomputed:precompute_scoring")
+PRECOMPUTERS = (
+    "agent.precomputed:precompute_lexicon",
+    "agent.precomputed:precompute_definitions",
+    "agent.precomputed:precompute_scoring",
+)
 
 
 def _loads(data: bytes) -> Any:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent.clause_linking import ClauseSettings, clause_spans, weighted_candidates
+from agent.clause_linking import ClauseSettings, build_definition_table, clause_spans, weighted_candidates
 from agent.config import AgentConfig
-from agent.linking import EntityLinker
+from agent.linking import FRAME_WORDS, EntityLinker, normalise
 from agent.offline_planner import feature_groups, rank_targets
 from agent.ontology_scoring import model_for
 from graphs.loaders.profiles import LinkingSpec, PlannerSpec, Profile, ScoringSpec
@@ -197,6 +197,40 @@ def test_clause_linking_cases(catalog: Any, case: dict[str, Any]) -> None:
     named = {e.key for e in found if e.group is None and e.method == "exact"}
     assert set(case["named"]) <= named
     assert not set(case.get("not_named", [])) & {e.key for e in found}
+
+
+@pytest.mark.parametrize("case", CASES["quote"], ids=lambda c: c["question"][:40])
+def test_a_clause_quoting_a_definition_links_exactly_and_a_paraphrase_by_embedding(catalog: Any, case: dict[str, Any]) -> None:
+    found = EntityLinker(catalog).link(case["question"], 20, clauses=AgentConfig().clause_settings())
+    groups: dict[int, list[Any]] = {}
+    for ent in found:
+        if ent.group is not None:
+            groups.setdefault(ent.group, []).append(ent)
+    assert len(groups) == len(case["clauses"]), [(e.key, e.method, e.group) for e in found]
+    for group, (key, method) in zip(sorted(groups), case["clauses"]):
+        best = groups[group][0]
+        assert (best.key, best.method) == (key, method)
+        if method == "exact":  # the quoted term alone, at full weight
+            assert [(e.key, e.weight, e.score) for e in groups[group]] == [(key, 1.0, 1.0)]
+
+
+def test_definition_matching_off_embeds_every_described_clause(catalog: Any) -> None:
+    question = CASES["quote"][0]["question"]
+    found = EntityLinker(catalog).link(question, 20, clauses=AgentConfig(clause_definition_match=False).clause_settings())
+    described = [e for e in found if e.group is not None]
+    assert described and {e.method for e in described} == {"embedding"}
+    assert described[0].key == "C_KETTLE" and described[0].weight < 1.0
+
+
+@pytest.mark.parametrize("case", CASES["table"]["cases"], ids=lambda c: c["why"][:40])
+def test_definition_table_matches_quoted_and_cut_short_sentences(case: dict[str, Any]) -> None:
+    frame = frozenset(FRAME_WORDS)
+    entries = [(key, "definition", text) for key, text in CASES["table"]["entries"]]
+    entries.append(("K_NAME", "name", "round part that turns on an axle"))  # names are the lexicon's, not the table's
+    table = build_definition_table(entries, frame)
+    settings = ClauseSettings(candidates=3)
+    got = table.match(normalise(case["clause"]), frame, settings)
+    assert sorted(got) == sorted(case["keys"])
 
 
 def test_clause_linking_off_or_without_the_artifact_keeps_the_old_links(

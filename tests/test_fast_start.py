@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from agent.clause_linking import build_definition_table
 from agent.cli import app
 from agent.linking import EntityLinker, build_lexicon, lexicon_for
 from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation, find_hierarchy, model_for
-from agent.precomputed import stored_lexicon, stored_model, stored_names
+from agent.precomputed import stored_definitions, stored_lexicon, stored_model, stored_names
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
 from graphs.model import SKB
+from graphs.phrase_index import phrase_entries
 from graphs.skb_compact import CompactSKB, open_compact, write_compact
 from graphs.skb_state import precompute
 
@@ -135,6 +137,10 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
     assert (stored.token_df, stored.vocab_by_prefix, stored.frame, stored.max_len) == (
         built.token_df, built.vocab_by_prefix, built.frame, built.max_len)
     assert lexicon_for(skb) is lexicon_for(skb)
+    table = build_definition_table(phrase_entries(hpo_mini_skb), built.frame)
+    stored_table = stored_definitions(skb)
+    assert len(table) > 0 and stored_table is not None
+    assert (stored_table.sentences, stored_table.keys) == (table.sentences, table.keys)
     names = stored_names(skb)
     assert names is not None and names["Marfan syndrome"] == [
         n.key for n in hpo_mini_skb.nodes.values() if n.name == "Marfan syndrome"]
@@ -189,7 +195,7 @@ def test_stored_statistics_of_other_code_are_not_used(hpo_mini_skb: SKB, tmp_pat
     """A record whose digest differs (other code or profile computed it) is ignored, and the lexicon is built."""
     write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
     precompute(hpo_mini_skb, tmp_path / "skb" / "state")
-    for name in ("lexicon", "scoring"):
+    for name in ("lexicon", "scoring", "definitions"):
         path = tmp_path / "skb" / "state" / f"{name}.json"
         record = json.loads(path.read_text())
         record["digest"] = "f" * 64
@@ -198,6 +204,7 @@ def test_stored_statistics_of_other_code_are_not_used(hpo_mini_skb: SKB, tmp_pat
     assert stored_lexicon(skb) is None
     assert dict(lexicon_for(skb).table) == build_lexicon(hpo_mini_skb).table
     assert stored_model(skb, "Disease", "Phenotype") is None
+    assert stored_definitions(skb) is None
 
 
 # -- the index ---------------------------------------------------------------------------------
@@ -205,7 +212,7 @@ def test_index_opens_memory_mapped_and_bm25_search_loads_nothing_else(fast_index
     manifest = json.loads((fast_index / "manifest.json").read_text())
     listed = set(manifest["files"]) | set(manifest["data_files"])
     for rel in ("skb/compact/meta.json", "skb/compact/edge_src.npy", "skb/state/lexicon.json",
-                "skb/state/scoring.json", "hnsw/vectors.npy"):
+                "skb/state/scoring.json", "skb/state/definitions.json", "hnsw/vectors.npy"):
         assert rel in listed, rel
     with IndexBundle.open(fast_index) as bundle:
         assert isinstance(bundle.skb, CompactSKB)
@@ -353,6 +360,11 @@ def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fa
         linker = EntityLinker(bundle)
         found = linker.link("Which genes are associated with Marfan syndrome?", clauses=ClauseSettings())
         assert "Marfan syndrome" in [e.name for e in found]
+        assert bundle.skb not in phrase_index._LOADED
+        # a clause quoting a definition (cut short) is linked from the stored table: still no phrase graph
+        quoted = linker.link("a patient with an eye that is protruding anterior to the plane of the face",
+                             clauses=ClauseSettings())
+        assert [(e.name, e.method, e.group) for e in quoted] == [("Proptosis", "exact", 0)]
         assert bundle.skb not in phrase_index._LOADED
         linker.link("a patient whose long bones of the arms and legs are unusually long and thin",
                     clauses=ClauseSettings())
