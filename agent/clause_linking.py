@@ -66,6 +66,7 @@ class ClauseSettings:
     confidence_power: float = 1.0
     definition_match: bool = True
     definition_coverage: float = 0.75
+    name_confidence: float = 0.6
 
 
 def is_description(content_tokens: int, exact_tokens: int, settings: ClauseSettings) -> bool:
@@ -115,6 +116,15 @@ def embed_clauses(embedder: object, clauses: Sequence[str]) -> np.ndarray:
 MIN_DEFINITION_TOKENS = 3
 
 
+@dataclass(frozen=True)
+class Quote:
+    """A definition found in a clause: the keys it defines and the clause tokens ``[start, end)`` it spans."""
+
+    keys: list[str]
+    start: int
+    end: int
+
+
 @dataclass
 class DefinitionTable:
     """The vocabulary's definition sentences as normalised token tuples, each with the nodes it defines.
@@ -141,8 +151,8 @@ class DefinitionTable:
     def __len__(self) -> int:
         return len(self.sentences)
 
-    def match(self, tokens: Sequence[str], frame: frozenset[str], settings: ClauseSettings) -> list[str]:
-        """Keys of the definition a clause quotes (its normalised ``tokens``), or [] to embed it instead.
+    def match(self, tokens: Sequence[str], frame: frozenset[str], settings: ClauseSettings) -> Quote | None:
+        """The definition a clause quotes (its normalised ``tokens``), or None to embed the clause instead.
 
         A clause quotes a sentence when, from some token on, the clause continues with the whole
         sentence or stops inside it (cut short). The match must cover ``definition_coverage`` of the
@@ -153,8 +163,8 @@ class DefinitionTable:
         content = sum(1 for t in tokens if t not in frame)
         need = max(settings.definition_coverage * content, float(settings.min_tokens))
         if content < need:
-            return []
-        best_cover, rows = 0, []
+            return None
+        best_cover, rows, where = 0, [], (0, 0)
         skipped = 0
         for start in range(len(tokens)):
             if content - skipped < need:
@@ -173,11 +183,11 @@ class DefinitionTable:
                         break
             cover = sum(1 for t in tail[:span] if t not in frame)
             if found and cover >= need and cover > best_cover:
-                best_cover, rows = cover, found
+                best_cover, rows, where = cover, found, (start, start + span)
             if tokens[start] not in frame:
                 skipped += 1
         keys = list(dict.fromkeys(k for row in rows for k in self.keys[row]))
-        return keys if len(keys) <= settings.candidates else []
+        return Quote(keys, *where) if keys and len(keys) <= settings.candidates else None
 
 
 def trim_frame(tokens: Sequence[str], frame: frozenset[str]) -> tuple[str, ...]:

@@ -167,6 +167,11 @@ class AgentConfig(BaseModel):
         default=0.75, ge=0.0, le=1.0,
         description="share of a clause's content words a quoted definition must cover (the rest is the question's own)",
     )
+    clause_name_confidence: float = Field(
+        default=0.6, ge=0.0, le=1.0,
+        description="a described clause's exact names give way to its paraphrase candidates only when one of them "
+        "reaches this cosine (or they include the names); weaker candidates mean the clause is question wording",
+    )
     frequency_mix: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="share of annotation-frequency-weighted matches in ontology scoring; None: the domain "
@@ -212,6 +217,7 @@ class AgentConfig(BaseModel):
             confidence_power=self.link_confidence_power,
             definition_match=self.clause_definition_match,
             definition_coverage=self.clause_definition_coverage,
+            name_confidence=self.clause_name_confidence,
         )
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:

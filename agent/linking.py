@@ -452,10 +452,12 @@ class EntityLinker:
         "cleft palate: which gene should we sequence first") can make a named term look described. When
         the clause's paraphrase candidates include terms the clause names exactly, the clause names them:
         those exact links stand, at full weight, and the group (a diluted copy of the same term and its
-        relatives) is dropped; a clause with no candidate at all keeps all its exact names. A description
-        that happens to contain another term's name keeps its group when its candidates point elsewhere.
+        relatives) is dropped; a clause with no candidate at all, or none as close as
+        ``settings.name_confidence``, keeps all its exact names. A description that happens to contain
+        another term's name keeps its group when its candidates point elsewhere, confidently.
         """
-        groups = self._link_clauses(question, tokens, described, settings, exclude)
+        named = {i for pairs in held.values() for span, _ in pairs for i in range(span.start, span.end)}
+        groups = self._link_clauses(question, tokens, described, settings, exclude, named)
         by_group: dict[int, list[LinkedEntity]] = defaultdict(list)
         for ent in groups:
             by_group[int(ent.group or 0)].append(ent)
@@ -469,8 +471,13 @@ class EntityLinker:
             }
             if candidates and names:
                 # Only the names the clause's candidates confirm: a definition that lists other terms
-                # ("a sequence of A, B and C") still counts once, as the term it defines.
-                names = {ent.key: names[ent.key] for ent in candidates if ent.key in names}
+                # ("a sequence of A, B and C") still counts once, as the term it defines. Unconfirmed
+                # names give way only to a confident reading: weak candidates of a clause that is mostly
+                # question wording ("pathogenic variants of what gene lead to gowers sign") are the
+                # wording's neighbours, not a description, and the names stand.
+                confirmed = {ent.key: names[ent.key] for ent in candidates if ent.key in names}
+                if confirmed or max(ent.score for ent in candidates) >= settings.name_confidence:
+                    names = confirmed
             if names:
                 out.extend(self._entity(key, mention, 1.0, "exact") for key, mention in names.items())
             else:
@@ -484,16 +491,25 @@ class EntityLinker:
         described: list[tuple[int, int]],
         settings: ClauseSettings,
         exclude: Sequence[str],
+        named: set[int] | frozenset[int] = frozenset(),
     ) -> list[LinkedEntity]:
         """Candidates per described clause: the terms whose definition it quotes (exact, full weight), else
-        weighted neighbours from the phrase index (one embedding batch for the clauses left)."""
+        weighted neighbours from the phrase index (one embedding batch for the clauses left).
+
+        ``named``: tokens that exact names cover. A "quote" made only of named words ("... with
+        sensorineural hearing impairment", which begins the definition of a narrower term) is the name,
+        not a definition: a name outranks a definition, so such a clause goes the embedding way, where
+        ``_settle_clauses`` keeps the name."""
         texts = [question[tokens[s].start : tokens[e - 1].end] for s, e in described]
         table = definition_table_for(self.skb) if settings.definition_match else None
         out: list[LinkedEntity] = []
         pending: list[int] = []
         for group, (s, e) in enumerate(described):
-            quoted = table.match([t.norm for t in tokens[s:e]], self.lexicon.frame, settings) if table else []
-            keys = [k for k in quoted if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]
+            frame = self.lexicon.frame
+            quote = table.match([t.norm for t in tokens[s:e]], frame, settings) if table else None
+            if quote is not None and all(i in named for i in range(s + quote.start, s + quote.end) if tokens[i].norm not in frame):
+                quote = None
+            keys = [k for k in quote.keys if k in self.skb.nodes and self.skb.nodes[k].label not in exclude] if quote else []
             if not keys:
                 pending.append(group)
             for key in keys:
