@@ -15,6 +15,7 @@ The lexicon is built once per SKB (a few seconds on HPO) and cached.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import threading
 import unicodedata
@@ -130,15 +131,27 @@ def _abbrev(tokens: list[_Token], nxt: str) -> bool:
     return prev[:1].isupper() and len(prev) <= 3
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _normalise_word(raw: str) -> tuple[str, ...]:
+    """``normalise`` of one question word, cached: questions repeat their vocabulary, and long described
+    questions spent a third of their tokenising time folding and stemming the same words."""
+    return tuple(normalise(raw))
+
+
+_WORD = re.compile(r"[A-Za-z0-9\u00C0-\u024F]+(?:'s)?")
+_GAP_BREAK = re.compile(r"[,;?!]")
+_GAP_SENTENCE = re.compile(r"\.\s")
+
+
 def _tokenise(question: str) -> list[_Token]:
     tokens: list[_Token] = []
     last_end = 0
-    for m in re.finditer(r"[A-Za-z0-9\u00C0-\u024F]+(?:'s)?", question):
+    for m in _WORD.finditer(question):
         raw = m.group(0)
         raw = raw.removesuffix("'s")
         gap = question[last_end : m.start()]
-        boundary = bool(re.search(r"[,;?!]", gap) or (re.search(r"\.\s", gap) and not _abbrev(tokens, raw))) or not tokens
-        for norm in normalise(raw) or [""]:
+        boundary = bool(_GAP_BREAK.search(gap) or (_GAP_SENTENCE.search(gap) and not _abbrev(tokens, raw))) or not tokens
+        for norm in _normalise_word(raw) or ("",):
             if norm:
                 tokens.append(_Token(norm, raw, m.start(), m.start() + len(raw), boundary))
                 boundary = False
@@ -546,12 +559,15 @@ class EntityLinker:
         table, frame = self.lexicon.table, self.lexicon.frame
         found: list[tuple[_Span, list[_Entry]]] = []
         i, n = 0, len(tokens)
+        # next_break[i]: the first token after i that starts a new comma/semicolon segment (or n)
+        next_break = [n] * (n + 1)
+        for j in range(n - 1, -1, -1):
+            next_break[j] = j + 1 if j + 1 < n and tokens[j + 1].boundary_before else next_break[j + 1]
+        norms = [t.norm for t in tokens]
         while i < n:
             matched = False
-            for length in range(min(self.lexicon.max_len, n - i), 0, -1):
-                if any(tokens[j].boundary_before for j in range(i + 1, i + length)):
-                    continue
-                key = tuple(t.norm for t in tokens[i : i + length])
+            for length in range(min(self.lexicon.max_len, next_break[i] - i), 0, -1):
+                key = tuple(norms[i : i + length])
                 entries = table.get(key)
                 if not entries:
                     continue
