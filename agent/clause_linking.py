@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import bisect
 import re
-import threading
-import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from graphs.skb_state import PerSKB
 
 if TYPE_CHECKING:
     import numpy as np
@@ -215,21 +215,18 @@ def build_definition_table(entries: Iterable[tuple[str, str, str]], frame: froze
     return DefinitionTable(sentences, [tuple(by_sentence[toks]) for toks in sentences])
 
 
-_TABLES: weakref.WeakKeyDictionary[SKB, DefinitionTable] = weakref.WeakKeyDictionary()
-_TABLES_LOCK = threading.Lock()
-
-
-def definition_table_for(skb: SKB) -> DefinitionTable:
-    """The SKB's definition table: stored by ``skb index`` (``agent.precomputed``) when valid, else built."""
-    from agent.linking import frame_words
+def _stored_definitions(skb: SKB) -> DefinitionTable | None:
     from agent.precomputed import stored_definitions
+
+    return cast("DefinitionTable | None", stored_definitions(skb))
+
+
+def _build_definitions(skb: SKB) -> DefinitionTable:
+    from agent.linking import frame_words
     from graphs.phrase_index import phrase_entries
 
-    with _TABLES_LOCK:
-        table = _TABLES.get(skb)
-        if table is None:
-            table = stored_definitions(skb)
-            if table is None:
-                table = build_definition_table(phrase_entries(skb), frame_words(skb))
-            _TABLES[skb] = table
-        return table
+    return build_definition_table(phrase_entries(skb), frame_words(skb))
+
+
+definition_table_for = PerSKB(_stored_definitions, _build_definitions)
+"""The SKB's definition table: stored by ``skb index`` (``agent.precomputed``) when valid, else built."""

@@ -17,13 +17,11 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-import threading
 import unicodedata
-import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -39,6 +37,7 @@ from agent.clause_linking import (
 from graphs.loaders.profiles import profile_for
 from graphs.model import SKB
 from graphs.phrase_index import has_phrase_index, phrase_index_for
+from graphs.skb_state import PerSKB
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -240,19 +239,14 @@ def build_lexicon(skb: SKB) -> Lexicon:
     )
 
 
-_LEXICONS: weakref.WeakKeyDictionary[SKB, Lexicon] = weakref.WeakKeyDictionary()
-_LEX_LOCK = threading.Lock()
-
-
-def lexicon_for(skb: SKB) -> Lexicon:
-    """The SKB's lexicon: stored by ``skb index`` (``agent.precomputed``) when valid, else built here."""
+def _stored_lexicon(skb: SKB) -> Lexicon | None:
     from agent.precomputed import stored_lexicon
 
-    with _LEX_LOCK:
-        lex = _LEXICONS.get(skb)
-        if lex is None:
-            lex = _LEXICONS[skb] = stored_lexicon(skb) or build_lexicon(skb)
-        return lex
+    return cast("Lexicon | None", stored_lexicon(skb))
+
+
+lexicon_for = PerSKB(_stored_lexicon, build_lexicon)
+"""The SKB's lexicon: stored by ``skb index`` (``agent.precomputed``) when valid, else built here."""
 
 
 # -- linker ----------------------------------------------------------------------------

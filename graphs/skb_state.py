@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -121,6 +121,33 @@ def _read(skb: SKB, name: str, digest: str) -> Record | None:
             f"the stored state {path} cannot be read ({exc}) -- {rebuild_hint(index_dir)}"
         ) from exc
     return meta, arrays
+
+
+T = TypeVar("T")
+
+
+class PerSKB(Generic[T]):
+    """A value derived from an SKB once per SKB object: its index's stored record when valid, else computed.
+
+    Why: the linker's lexicon, its definition table and similar statistics are read on every question
+    but cost seconds to compute; ``stored`` reads the record ``skb index`` wrote (None when missing or
+    computed by other code), ``build`` computes it. Thread-safe; entries go with their SKB."""
+
+    def __init__(self, stored: Callable[[SKB], T | None], build: Callable[[SKB], T]) -> None:
+        self._stored, self._build = stored, build
+        self._values: weakref.WeakKeyDictionary[SKB, T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __call__(self, skb: SKB) -> T:
+        with self._lock:
+            value = self._values.get(skb)
+            if value is None:
+                stored = self._stored(skb)
+                value = self._values[skb] = stored if stored is not None else self._build(skb)
+            return value
+
+    def __contains__(self, skb: object) -> bool:
+        return skb in self._values
 
 
 def precompute(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:

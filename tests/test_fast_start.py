@@ -369,3 +369,18 @@ def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fa
         linker.link("a patient whose long bones of the arms and legs are unusually long and thin",
                     clauses=ClauseSettings())
         assert bundle.skb in phrase_index._LOADED  # loaded when a described clause needs it
+
+
+def test_per_skb_values_prefer_the_stored_record_and_are_computed_once(hpo_mini_skb: SKB) -> None:
+    from graphs.skb_state import PerSKB
+
+    calls: list[str] = []
+
+    def build(skb: SKB) -> str:
+        calls.append(skb.name)
+        return "built"
+
+    computed = PerSKB(lambda skb: None, build)
+    assert computed(hpo_mini_skb) == "built" and computed(hpo_mini_skb) == "built"
+    assert calls == [hpo_mini_skb.name] and hpo_mini_skb in computed
+    assert PerSKB(lambda skb: "stored", build)(hpo_mini_skb) == "stored" and calls == [hpo_mini_skb.name]
