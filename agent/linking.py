@@ -511,8 +511,8 @@ class EntityLinker:
         table = definition_table_for(self.skb) if settings.definition_match else None
         out: list[LinkedEntity] = []
         pending: list[int] = []
+        frame = self.lexicon.frame
         for group, (s, e) in enumerate(described):
-            frame = self.lexicon.frame
             quote = table.match([t.norm for t in tokens[s:e]], frame, settings) if table else None
             if quote is not None and all(i in named for i in range(s + quote.start, s + quote.end) if tokens[i].norm not in frame):
                 quote = None
