@@ -130,11 +130,11 @@ class DefinitionTable:
     """The vocabulary's definition sentences as normalised token tuples, each with the nodes it defines.
 
     Why: a clause that describes a term often quotes its definition, whole or cut short at a comma
-    ("distance from nasion to subnasale more than two standard deviations below the mean, or ...").
-    The linker then needs no embedding: the clause *is* the term's text, as a name is (exact before
-    fuzzy before embedding). Sentences are stored with frame words trimmed at both edges, since the
-    linker trims them from clauses ("in newborns, the two frontal bones ..." and "the two frontal
-    bones ..." match alike), and sorted, so every sentence a clause begins is one ``bisect`` away.
+    ("a small appliance that browns slices of bread, ..."). The linker then needs no embedding: the
+    clause *is* the term's text, as a name is (exact before fuzzy before embedding). Sentences are
+    stored with frame words trimmed at both edges, since the linker trims them from clauses ("a small
+    appliance ..." and "small appliance ..." match alike), and sorted, so every sentence a clause
+    begins is one ``bisect`` away.
     """
 
     sentences: list[tuple[str, ...]]

@@ -480,8 +480,8 @@ class EntityLinker:
                 # Only the names the clause's candidates confirm: a definition that lists other terms
                 # ("a sequence of A, B and C") still counts once, as the term it defines. Unconfirmed
                 # names give way only to a confident reading: weak candidates of a clause that is mostly
-                # question wording ("pathogenic variants of what gene lead to gowers sign") are the
-                # wording's neighbours, not a description, and the names stand.
+                # question wording ("which product ships worldwide with free returns plus a desk lamp") are
+                # the wording's neighbours, not a description, and the names stand.
                 confirmed = {ent.key: names[ent.key] for ent in candidates if ent.key in names}
                 if confirmed or max(ent.score for ent in candidates) >= settings.name_confidence:
                     names = confirmed
@@ -503,10 +503,10 @@ class EntityLinker:
         """Candidates per described clause: the terms whose definition it quotes (exact, full weight), else
         weighted neighbours from the phrase index (one embedding batch for the clauses left).
 
-        ``named``: tokens that exact names cover. A "quote" made only of named words ("... with
-        sensorineural hearing impairment", which begins the definition of a narrower term) is the name,
-        not a definition: a name outranks a definition, so such a clause goes the embedding way, where
-        ``_settle_clauses`` keeps the name."""
+        ``named``: tokens that exact names cover. A "quote" made only of named words ("sold with a steam
+        cleaning machine", where "steam cleaning machine ..." also begins a narrower term's definition) is
+        the name, not a definition: a name outranks a definition, so such a clause goes the embedding way,
+        where ``_settle_clauses`` keeps the name."""
         texts = [question[tokens[s].start : tokens[e - 1].end] for s, e in described]
         table = definition_table_for(self.skb) if settings.definition_match else None
         out: list[LinkedEntity] = []
