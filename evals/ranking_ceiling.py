@@ -48,14 +48,13 @@ FEATURES = (
 
 @dataclass
 class Instance:
-    """One question's candidates: features (n x len(FEATURES)), gold flags, the current scoring's scores."""
+    """One question's candidates in the current scoring's order: features (n x len(FEATURES)), gold flags."""
 
     style: str
     target_type: str
     group: str
     features: np.ndarray
     gold: np.ndarray
-    current: np.ndarray
 
 
 def conditional_ic(model: AnnotationModel) -> np.ndarray:
@@ -145,10 +144,10 @@ def collect(bundle: IndexBundle, questions: Sequence[Question], cfg: AgentConfig
         cic, has_term = extras[(target, source)]
         query = list(dict.fromkeys(model.term_ids(by_label[source])))
         order, feats = candidate_features(model, query, top, cic, has_term)
-        gold = np.array([model.targets[i] in set(q.answer_ids) for i in order])
+        answers = set(q.answer_ids)
+        gold = np.array([model.targets[i] in answers for i in order])
         group = q.group(group_column) or q.id
-        out.append(Instance(q.style or "all", q.target_type or target, group, feats, gold,
-                            -np.arange(len(order), dtype=np.float64)))
+        out.append(Instance(q.style or "all", q.target_type or target, group, feats, gold))
     return out
 
 
@@ -170,7 +169,7 @@ def cross_validate(instances: Sequence[Instance], folds: int, train_style: str |
             if fold_of(inst.group, folds) != fold:
                 continue
             learned = ((inst.features - mean) / std) @ weights[inst.target_type]
-            pair = (bool(inst.gold[int(np.argmax(learned))]), bool(inst.gold[int(np.argmax(inst.current))]))
+            pair = (bool(inst.gold[int(np.argmax(learned))]), bool(inst.gold[0]))  # candidates come in current order
             cells[(inst.style, inst.target_type)].append(pair)
             cells[(inst.style, "all")].append(pair)
     out: dict[str, dict[str, float]] = {}

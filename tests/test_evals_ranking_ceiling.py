@@ -49,7 +49,7 @@ def _instance(group: str, gold_at: int, rng: np.random.Generator) -> Instance:
     feats[gold_at, 3] = 3.0  # "terms fully explained" decides the answer
     gold = np.zeros(6, dtype=bool)
     gold[gold_at] = True
-    return Instance("names", "item", group, feats, gold, -np.arange(6, dtype=np.float64))
+    return Instance("names", "item", group, feats, gold)
 
 
 def test_cross_validation_learns_the_deciding_feature_and_beats_the_current_order() -> None:
