@@ -35,6 +35,7 @@ test: $(STAMP)
 	bash scripts/ensure_chromium.sh
 	$(BIN)/ruff check graphs tools agent evals tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-all: $(STAMP)
@@ -42,6 +43,7 @@ test-all: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check graphs tools agent evals tests
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -1,6 +1,11 @@
-"""The retrieval agent: ``build_agent``, ``ask``/``aask``, ``AgentConfig``, ``AgentResult``.
+"""The retrieval agent: ``build_agent``, ``ask``/``aask``, ``AgentConfig``, ``AgentResult``, ``SKBToolkit``.
 
-Exports resolve lazily so that importing a submodule (``agent.linking``) does not pull in
+Rooms: ``linking`` (which nodes a question names), ``scoring`` (ranking targets by the evidence they
+share with the question), ``planning`` (target type, relation paths, the offline and LLM planners),
+``stages`` (constraints, rerank), ``tracing``, ``serving`` (MCP, LangGraph server, toolkit), ``cli``;
+``graph`` wires them into the LangGraph state machine and ``api`` runs it.
+
+Exports resolve lazily so that importing a submodule (``agent.linking.entities``) does not pull in
 LangGraph and the tools.
 """
 
@@ -12,8 +17,9 @@ if TYPE_CHECKING:
     from agent.api import aask, ask, build_agent
     from agent.config import AgentConfig
     from agent.results import AgentResult
+    from agent.serving.toolkit import SKBToolkit
 
-__all__ = ["AgentConfig", "AgentResult", "aask", "ask", "build_agent"]
+__all__ = ["AgentConfig", "AgentResult", "SKBToolkit", "aask", "ask", "build_agent"]
 
 _HOMES = {
     "build_agent": "agent.api",
@@ -21,6 +27,7 @@ _HOMES = {
     "aask": "agent.api",
     "AgentConfig": "agent.config",
     "AgentResult": "agent.results",
+    "SKBToolkit": "agent.serving.toolkit",
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.clause_linking import ClauseSettings
+from agent.linking.settings import ClauseSettings
 from graphs.errors import ConfigError
 
 ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
@@ -44,7 +44,7 @@ class AgentConfig(BaseModel):
     fallback_fusion: Literal["minmax", "rrf", "dice"] = Field(
         default="minmax",
         description="how the fallback fuses its search: minmax / rrf (BM25+dense) or dice (Dice word overlap of "
-        "passages and one-hop triples, blended with dense; graphs.hybrid.dice_fuse)",
+        "passages and one-hop triples, blended with dense; graphs.index.hybrid.dice_fuse)",
     )
     constraints: bool = Field(
         default=False,

@@ -35,8 +35,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from agent.config import AgentConfig
-from agent.linking import EntityLinker
-from agent.llm_planner import (
+from agent.linking.entities import EntityLinker
+from agent.planning.llm import (
     Budget,
     BudgetSpentError,
     InvalidPlanError,
@@ -48,13 +48,13 @@ from agent.llm_planner import (
     make_chat_model,
     visible_args,
 )
-from agent.planning import predict_target_type, relation_paths
-from agent.refine import Next, constrain, next_stage, rerank_seeds
+from agent.planning.targets import predict_target_type, relation_paths
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
+from agent.stages.refine import Next, constrain, next_stage, rerank_seeds
 from agent.state import AgentInput, AgentOutput, AgentState, Candidate, SeedItem
 from graphs.errors import ConfigError, PlannerError, SKBError
-from graphs.loaders.profiles import profile_for
-from graphs.sage_expand import expand as sage_expand
+from graphs.sage.expand import expand as sage_expand
+from graphs.skb.profile import profile_for
 from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
 from prompts import render_prompt
 from tools import make_tools
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from graphs.bundle import IndexBundle
-    from graphs.model import GraphSchema
+    from graphs.skb.model import GraphSchema
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -635,11 +635,11 @@ class AgentGraph:
         return next_stage(settings(self.config, config), after="constrain")
 
     def constrain(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        """AF-Retriever constraints with incremental scope expansion (``agent.refine.constrain``)."""
+        """AF-Retriever constraints with incremental scope expansion (``agent.stages.refine.constrain``)."""
         return constrain(self, state, config, settings(self.config, config))
 
     def rerank(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        """LLM reranking of the top seeds (``agent.refine.rerank_seeds``)."""
+        """LLM reranking of the top seeds (``agent.stages.refine.rerank_seeds``)."""
         return rerank_seeds(self, state, config, settings(self.config, config))
 
     def fallback(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:

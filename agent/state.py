@@ -54,9 +54,9 @@ class AgentState(TypedDict, total=False):
     fallback_used: bool
     seeds: list[SeedItem]
     constraint_report: dict[str, Any] | None
-    """The constraint stage's extraction, constraints and relaxation steps (agent.constraints)."""
+    """The constraint stage's extraction, constraints and relaxation steps (agent.stages.constraints)."""
     rerank_report: dict[str, Any] | None
-    """The rerank stage's mode, calls, new order and notes (agent.rerank)."""
+    """The rerank stage's mode, calls, new order and notes (agent.stages.rerank)."""
     expanded: list[SeedItem]
     degraded: Annotated[list[str], operator.add]
     timings_ms: Annotated[dict[str, float], merge_dicts]

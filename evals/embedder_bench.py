@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from graphs.embedder import Embedder, get_embedder
+from graphs.embedding.embedder import Embedder, get_embedder
 
 RUNTIMES = {"torch": ":torch", "onnx-fp32": "", "onnx-int8": ":int8"}
 
 _COLD = """
 import sys, time
 t0 = time.perf_counter()
-from graphs.embedder import get_embedder
+from graphs.embedding.embedder import get_embedder
 emb = get_embedder(sys.argv[1])
 emb.embed_query("seizures and microcephaly")
 wall = time.perf_counter() - t0

@@ -55,7 +55,7 @@ def _node_matrix(bundle: Any) -> tuple[list[str], np.ndarray]:
 
 
 def _phrase_matrix(bundle: Any) -> tuple[list[str], np.ndarray, Any] | None:
-    from graphs.phrase_index import phrase_index_for
+    from graphs.index.phrases import phrase_index_for
 
     index = phrase_index_for(bundle)
     if index is None:

@@ -179,7 +179,7 @@ def main(
         if index_dir is None:
             raise typer.BadParameter("give --index-dir (start a server) or --url (use a running one)")
         port = _free_port()
-        cmd = [sys.executable, "-m", "agent.mcp_server", "--index-dir", str(index_dir), "--transport", "http",
+        cmd = [sys.executable, "-m", "agent.serving.mcp", "--index-dir", str(index_dir), "--transport", "http",
                "--port", str(port), "--no-ask", *extra]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_for_port(port, proc)

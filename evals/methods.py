@@ -84,7 +84,7 @@ class SearchMethod:
 
 
 class HybridSageMethod:
-    """Hybrid seeds followed by their query-time SAGE neighbours (``graphs.sage_expand.expand``)."""
+    """Hybrid seeds followed by their query-time SAGE neighbours (``graphs.sage.expand.expand``)."""
 
     OPTIONS = ("k", "label", "seed_k", "k_prime", "weight", "use_similarity_edges", "same_label_only")
 
@@ -120,7 +120,7 @@ class HybridSageMethod:
         }
 
     def retrieve(self, question: str) -> Retrieval:
-        from graphs.sage_expand import expand
+        from graphs.sage.expand import expand
 
         start = time.perf_counter()
         hits = self.bundle.search(question, mode="hybrid", k=self.k, label=self.label)

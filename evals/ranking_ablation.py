@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from agent.config import AgentConfig
-from agent.linking import EntityLinker
-from agent.offline_planner import rank_targets
-from agent.ontology_scoring import AnnotationModel, schema_for
-from agent.planning import relation_paths
+from agent.linking.entities import EntityLinker
+from agent.planning.offline import rank_targets
+from agent.planning.targets import relation_paths
+from agent.scoring.ontology import AnnotationModel, schema_for
 from graphs.bundle import IndexBundle
-from graphs.phrase_index import _LOADED, PhraseIndex, graph_of, phrase_index_for
+from graphs.index.phrases import _LOADED, PhraseIndex, graph_of, phrase_index_for
 
 
 def _label(target_type: str, labels: Sequence[str]) -> str:

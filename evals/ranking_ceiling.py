@@ -1,6 +1,6 @@
 """How far a target's annotations can carry the ranking: a learned ranker over annotation features, cross-validated.
 
-Why: the annotation scoring (``agent.ontology_scoring``) combines best-match information content,
+Why: the annotation scoring (``agent.scoring.ontology``) combines best-match information content,
 annotation frequency and an annotation-set size prior with hand-set weights. When a quality target is
 missed, the question is whether better weights or more features of the same evidence would reach it,
 or whether the evidence itself runs out. This fits a listwise linear ranker (softmax over the top
@@ -34,8 +34,9 @@ import numpy as np
 from scipy import sparse
 
 from agent.config import AgentConfig
-from agent.linking import EntityLinker
-from agent.ontology_scoring import AnnotationModel, model_for
+from agent.linking.entities import EntityLinker
+from agent.scoring.ontology import AnnotationModel
+from agent.scoring.stored import model_for
 from evals.bench import Question, load_bench
 from graphs.bundle import IndexBundle
 from graphs.errors import SKBError

@@ -23,8 +23,8 @@ from evals.bench import load_bench
 from evals.metrics import hit_at_k, recall_at_k
 from graphs.build import default_cache_dir
 from graphs.bundle import IndexBundle
-from graphs.embedder import get_embedder
-from graphs.sage import compute_candidates
+from graphs.embedding.embedder import get_embedder
+from graphs.sage.edges import compute_candidates
 
 app = typer.Typer(add_completion=False)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
 
-from agent.serve import chat_graph
+from agent.serving.langgraph_app import chat_graph
 
 
 def turn(graph: Any, thread_id: str, question: str) -> str:

@@ -2,7 +2,7 @@
 
     python examples/mcp_client.py --index-dir .skb/hpo
 
-Spawns `python -m agent.mcp_server --index-dir ...`, lists its tools, runs a semantic search and
+Spawns `python -m agent.serving.mcp --index-dir ...`, lists its tools, runs a semantic search and
 asks the whole agent. Any MCP host (Claude Desktop, IDEs) can launch the same command.
 """
 
@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 
 async def run(index_dir: Path, question: str) -> dict[str, Any]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "agent.mcp_server", "--index-dir", str(index_dir)]
+        command=sys.executable, args=["-m", "agent.serving.mcp", "--index-dir", str(index_dir)]
     )
     async with Client(params) as client:
         tools = await client.list_tools()

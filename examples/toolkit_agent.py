@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tools.toolkit import SKBToolkit
+from agent import SKBToolkit
 
 
 def main() -> None:

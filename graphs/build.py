@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from graphs.embedder import DEFAULT_EMBEDDER
+from graphs.embedding.embedder import DEFAULT_EMBEDDER
 from graphs.errors import ConfigError
-from graphs.model import SKB
+from graphs.sage.edges import SimilarityConfig
+from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
     from graphs.manifest import FileDigest
@@ -40,21 +41,13 @@ StageProgress = Callable[[str, int, int], None]
 """progress(stage, done, total) -- drives the CLI's progress bar."""
 
 
-class SimilarityConfig(BaseModel):
-    """SAGE similarity edges; `percentile=None` disables them."""
-
-    percentile: float | None = Field(default=None, ge=0, le=100)
-    logic: Literal["or", "and"] = "or"
-    knn: int = Field(default=20, ge=1)
-
-
 class IndexConfig(BaseModel):
     """One config for one `skb index` run (recorded in the manifest)."""
 
     dataset: str = "custom"
     store: Literal["falkordb", "neo4j", "none"] = "falkordb"
     embedder: str = DEFAULT_EMBEDDER
-    """See ``graphs.embedder.DEFAULT_EMBEDDER``; an index keeps the spec it was built with (manifest), so changing
+    """See ``graphs.embedding.embedder.DEFAULT_EMBEDDER``; an index keeps the spec it was built with (manifest), so changing
     this default never changes how an existing index embeds its queries."""
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
@@ -77,7 +70,7 @@ class BuildSummary(BaseModel):
 BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb", "phrases"})
 #: Build outputs whose every file the manifest lists: a file not listed there is not the build's.
 LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage", "phrases")
-#: SQLite databases the agent keeps in an index dir (agent.tracing's traces, agent.serve's threads) with their
+#: SQLite databases the agent keeps in an index dir (agent.tracing.tracer's traces, agent.serving.langgraph_app's threads) with their
 #: side files: a directory holding only these is built into (they are kept), not refused as "not an index".
 _AGENT_DATABASES = re.compile(r"(traces|threads)\.sqlite(-wal|-shm|-journal)?")
 
@@ -183,9 +176,9 @@ def split_large_files(
 
 def write_fast_start(skb: SKB, skb_dir: Path) -> None:
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
-    (``graphs.skb_compact``) and the planner's statistics computed from it (``graphs.skb_state``)."""
-    from graphs.skb_compact import COMPACT_DIR, write_compact
-    from graphs.skb_state import STATE_DIR, precompute
+    (``graphs.skb.compact``) and the planner's statistics computed from it (``graphs.skb.state``)."""
+    from graphs.skb.compact import COMPACT_DIR, write_compact
+    from graphs.skb.state import STATE_DIR, precompute
 
     schema = skb.schema()  # scans every node and edge: once for both
     write_compact(skb, skb_dir / COMPACT_DIR, schema)
@@ -204,9 +197,9 @@ def _noop(stage: str, done: int, total: int) -> None:
 def build_index(
     skb: SKB, index_dir: Path, config: IndexConfig | None = None, progress: StageProgress | None = None
 ) -> BuildSummary:
-    from graphs.bm25_index import BM25Index
-    from graphs.embedder import embed_all, get_embedder
-    from graphs.hnsw_index import HNSWIndex, HNSWParams
+    from graphs.embedding.embedder import embed_all, get_embedder
+    from graphs.index.bm25 import BM25Index
+    from graphs.index.hnsw import HNSWIndex, HNSWParams
     from graphs.loaders.jsonl import write_jsonl
     from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
 
@@ -267,8 +260,8 @@ def build_index(
         timings["bm25"] = time.perf_counter() - t0
 
         # One vector per name, synonym and definition sentence of the profile's vocabulary labels
-        # (graphs.phrase_index): clause linking matches described terms against them.
-        from graphs.phrase_index import PHRASE_DIR, build_phrase_index
+        # (graphs.index.phrases): clause linking matches described terms against them.
+        from graphs.index.phrases import PHRASE_DIR, build_phrase_index
 
         t0 = time.perf_counter()
         phrases = build_phrase_index(skb, embedder, batch=batch, progress=lambda d, t: report("phrases", d, t))
@@ -280,7 +273,7 @@ def build_index(
         n_similar = 0
         if config.similarity.percentile is not None:
             t0 = time.perf_counter()
-            from graphs.sage import build_similarity_edges
+            from graphs.sage.edges import build_similarity_edges
 
             sim = build_similarity_edges(skb, hnsw, embedder, config.similarity, progress=report)
             for rel, digest in sim.save(tmp / "sage").items():

@@ -24,14 +24,14 @@ from pydantic import BaseModel
 
 from graphs.errors import ConfigError, IndexNotFoundError
 from graphs.loaders import DATASETS
-from graphs.model import SKB, GraphSchema, Node
+from graphs.skb.model import SKB, GraphSchema, Node
 
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from graphs.bm25_index import BM25Index
-    from graphs.embedder import Embedder
-    from graphs.hnsw_index import HNSWIndex
+    from graphs.embedding.embedder import Embedder
+    from graphs.index.bm25 import BM25Index
+    from graphs.index.hnsw import HNSWIndex
     from graphs.manifest import Manifest
     from graphs.store.base import GraphStore
 
@@ -212,8 +212,8 @@ class IndexBundle:
 
     @classmethod
     def _open_once(cls, index_dir: Path, *, store: str | None, verify: bool) -> IndexBundle:
-        from graphs.bm25_index import BM25Index
-        from graphs.hnsw_index import HNSWIndex
+        from graphs.index.bm25 import BM25Index
+        from graphs.index.hnsw import HNSWIndex
         from graphs.manifest import Manifest
 
         if not (index_dir / "manifest.json").exists():
@@ -239,7 +239,7 @@ class IndexBundle:
             with self._lock:
                 if self._embedder is None:
                     from graphs.build import default_cache_dir
-                    from graphs.embedder import get_embedder
+                    from graphs.embedding.embedder import get_embedder
                     from graphs.errors import IndexMismatchError
 
                     spec = str(self.manifest.extra.get("embedder_spec", "minilm"))
@@ -367,9 +367,9 @@ class IndexBundle:
         fusion: FusionMethod = "minmax",
     ) -> list[SearchHit]:
         """Search node texts. ``fusion`` (hybrid mode only): ``minmax`` / ``rrf`` fuse the BM25 and
-        dense lists (``graphs.hybrid.fuse``); ``dice`` ranks text passages and the one-hop triples of
-        the best hits by Dice overlap with the text (``graphs.hybrid.dice_fuse``)."""
-        from graphs.hybrid import fuse
+        dense lists (``graphs.index.hybrid.fuse``); ``dice`` ranks text passages and the one-hop triples of
+        the best hits by Dice overlap with the text (``graphs.index.hybrid.dice_fuse``)."""
+        from graphs.index.hybrid import fuse
         from graphs.text_safety import clean_text
 
         text = clean_text(text)  # lone surrogates make the embedder's tokenizer raise TypeError
@@ -403,7 +403,7 @@ class IndexBundle:
 
         import numpy as np
 
-        from graphs.hybrid import content_words, dice_fuse, fuse
+        from graphs.index.hybrid import content_words, dice_fuse, fuse
 
         skb = self.skb
         pool = max(k * 5, 100)
@@ -484,7 +484,7 @@ def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
     An index built before the compact arrays existed keeps working as it did (parsed, seconds on a
     large SKB); one note per process says how to get the fast start.
     """
-    from graphs.skb_compact import COMPACT_DIR, META_FILE, open_compact
+    from graphs.skb.compact import COMPACT_DIR, META_FILE, open_compact
 
     listed = f"skb/{COMPACT_DIR}/{META_FILE}"
     if listed in manifest.listed():

@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from graphs.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
-from graphs.loaders import DATASETS
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -233,7 +232,7 @@ class EmbedderInfo(BaseModel):
 
 
 class HNSWParams(BaseModel):
-    """HNSW graph parameters (re-exported by ``graphs.hnsw_index``).
+    """HNSW graph parameters (re-exported by ``graphs.index.hnsw``).
 
     Defined here so the manifest can record them without importing hnswlib, and
     ``hnsw_index`` can use the atomic-write helpers without an import cycle.
@@ -295,7 +294,7 @@ class Manifest(BaseModel):
             where = "does not exist" if not index_dir.exists() else f"has no {MANIFEST_NAME}"
             raise IndexNotFoundError(
                 f"no index at {index_dir} (the directory {where}) -- build one with `skb index` "
-                f"(`skb index --dataset <{'|'.join(DATASETS)}> --data PATH --index-dir {index_dir}`)"
+                f"(`skb index --dataset NAME --data PATH --index-dir {index_dir}`; `skb index --help` lists the datasets)"
             )
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
-    from graphs.model import SKB
+    from graphs.skb.model import SKB
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
 
 
 def tiny_skb() -> SKB:

@@ -278,7 +278,7 @@ def test_stream_updates_and_astream(hpo_bundle: Any) -> None:
 
 def test_sage_expansion_adds_k_prime_neighbors(hpo_bundle: Any) -> None:
     """SAGE adds the best one-hop neighbors of the seeds (same label: phenotypes around a phenotype)."""
-    pytest.importorskip("graphs.sage_expand")
+    pytest.importorskip("graphs.sage.expand")
     seed = "HP:0001363"  # Craniosynostosis: parents and children in the IS_A hierarchy
     script: list[Callable[..., AIMessage] | AIMessage] = [turn(("finish", {"keys": [seed]}))]
     question = "Which skull phenotype is craniosynostosis?"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agent import AgentConfig, ask
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("agent.offline_planner")
+pytest.importorskip("agent.planning.offline")
 
 APERT = (
     "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion "
@@ -31,7 +31,7 @@ def test_offline_planner_answers_apert(hpo_bundle: Any) -> None:
 
 
 def test_skb_ask_offline(hpo_index_dir: Path) -> None:
-    from agent.cli import app
+    from agent.cli.main import app
 
     result = CliRunner().invoke(app, ["ask", APERT, "--index-dir", str(hpo_index_dir), "--json"])
     assert result.exit_code == 0, result.stderr

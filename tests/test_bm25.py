@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.bm25_index import BM25Index
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.index.bm25 import BM25Index
 from graphs.manifest import sha256_file
 
 CORPUS: dict[str, tuple[str, str]] = {

@@ -18,7 +18,7 @@ import pytest
 import graphs.bundle as bundle_module
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexMismatchError
-from graphs.model import SKB
+from graphs.skb.model import SKB
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from graphs.chunking import CHUNK, DOCUMENT, chunk_document, load_documents, semantic_boundaries, split_sentences
 from graphs.errors import ConfigError, LoaderError
+from graphs.loaders.chunking import (
+    CHUNK,
+    DOCUMENT,
+    chunk_document,
+    load_documents,
+    semantic_boundaries,
+    split_sentences,
+)
 
 CARDIO = [
     "The heart pumps blood through the arteries and veins of the body.",
@@ -28,7 +35,7 @@ BREAD = [
 
 @pytest.fixture(scope="module")
 def minilm() -> object:
-    from graphs.embedder import get_embedder
+    from graphs.embedding.embedder import get_embedder
 
     return get_embedder("minilm")
 

@@ -17,14 +17,17 @@ from typing import Any
 
 import pytest
 
-from agent.clause_linking import ClauseSettings, build_definition_table, clause_spans, weighted_candidates
 from agent.config import AgentConfig
-from agent.linking import FRAME_WORDS, EntityLinker, normalise
-from agent.offline_planner import feature_groups, rank_targets
-from agent.ontology_scoring import model_for
-from graphs.loaders.profiles import LinkingSpec, PlannerSpec, Profile, ScoringSpec
-from graphs.model import SKB, Edge, Node, NodeType
-from graphs.phrase_index import definition_sentences, phrase_entries, phrase_index_for
+from agent.linking.clauses import clause_spans, weighted_candidates
+from agent.linking.definitions import build_definition_table
+from agent.linking.entities import EntityLinker
+from agent.linking.lexicon import FRAME_WORDS, normalise
+from agent.linking.settings import ClauseSettings
+from agent.planning.offline import feature_groups, rank_targets
+from agent.scoring.stored import model_for
+from graphs.index.phrases import definition_sentences, phrase_entries, phrase_index_for
+from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.profile import LinkingSpec, PlannerSpec, Profile, ScoringSpec
 from tests.test_offline_planner import tiny_skb
 
 CASES = json.loads((Path(__file__).parent / "data" / "clause_cases.json").read_text(encoding="utf-8"))

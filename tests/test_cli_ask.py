@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from tests.openai_stub import Stub, completion
 
 pytestmark = pytest.mark.integration
@@ -85,11 +85,11 @@ def test_ask_table_with_openai_planner_and_trace(
 ) -> None:
     from rich.console import Console
 
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     db = tmp_path / "traces.sqlite"
     monkeypatch.setenv("SKB_TRACE_DB", str(db))
-    monkeypatch.setattr("agent.cli.console", Console(width=200))  # wide enough that no cell wraps
+    monkeypatch.setattr("agent.cli.main.console", Console(width=200))  # wide enough that no cell wraps
     _script(openai_stub)
     args = ["ask", "Which disease is Marfan syndrome?", "--index-dir", str(hpo_index_dir), "--planner", "openai"]
     result = runner.invoke(app, [*args, "--policy", "never", "--trace"])

@@ -20,17 +20,17 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_cli_import_does_not_load_the_mcp_sdk() -> None:
-    mods = _modules_after("from agent.cli import app")
-    assert "agent.cli" in mods
-    assert "mcp" not in mods and "agent.mcp_server" not in mods
+    mods = _modules_after("from agent.cli.main import app")
+    assert "agent.cli.main" in mods
+    assert "mcp" not in mods and "agent.serving.mcp" not in mods
     # tracing (langsmith run trees) loads for `ask` and `trace` only, not for `search` or `index`
-    assert "agent.trace_cli" not in mods and "langsmith.run_trees" not in mods
+    assert "agent.cli.trace" not in mods and "langsmith.run_trees" not in mods
 
 
 def test_mcp_command_still_registered_and_forwards_options() -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from agent.cli.main import app
 
     result = CliRunner().invoke(app, ["mcp", "--help"])
     assert result.exit_code == 0, result.output
@@ -42,7 +42,7 @@ def test_mcp_command_still_registered_and_forwards_options() -> None:
 def test_trace_command_forwards_to_the_trace_app(tmp_path: object) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from agent.cli.main import app
 
     result = CliRunner().invoke(app, ["trace", "--help"])
     assert result.exit_code == 0, result.output

@@ -16,7 +16,8 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from agent import AgentConfig, ask
-from agent.constraints import (
+from agent.fake_llm import ScriptedChatModel
+from agent.stages.constraints import (
     Constraint,
     ConstraintSpec,
     join_query,
@@ -25,8 +26,7 @@ from agent.constraints import (
     run_constraints,
     validate_spec,
 )
-from agent.fake_llm import ScriptedChatModel
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
@@ -240,7 +240,7 @@ def test_offline_spec_needs_a_target_and_a_one_hop_entity(recipes: IndexBundle) 
 def test_trace_counts_the_constraint_stage(recipes: IndexBundle, tmp_path: Any) -> None:
     """The trace attributes the extraction call to stage ``constraints``, as AgentResult does."""
     from agent.api import build_agent
-    from agent.tracing import LocalTracer
+    from agent.tracing.tracer import LocalTracer
 
     good = {"target_type": "Recipe", "triplets": [{"entity": "Garlic", "relation": "USES", "direction": "out"}]}
     model = ScriptedChatModel([finish(["R5"]), tool_reply(good, tokens=(321, 12))])
@@ -258,7 +258,7 @@ def test_skb_ask_constraints_and_rerank_options(hpo_index_dir: Any) -> None:
 
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from agent.cli.main import app
 
     runner = CliRunner()
     question = "Which disease has cutaneous syndactyly of toes, brachyturricephaly and craniosynostosis?"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.path_planner import Hop, walk_query
+from agent.planning.paths import Hop, walk_query
 from graphs.errors import CypherValidationError, ReadOnlyViolationError, SKBError
 from graphs.store.aggregate import aggregation_query
 from graphs.store.cypher_guard import (

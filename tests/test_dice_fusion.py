@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphs.errors import ConfigError
-from graphs.hybrid import content_words, dice, dice_fuse
+from graphs.index.hybrid import content_words, dice, dice_fuse
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "dice_cases.json").read_text())["cases"]
 
@@ -67,7 +67,7 @@ def test_bundle_rejects_unknown_fusion(hpo_bundle: Any) -> None:
 
 
 def test_skb_search_fusion_option(hpo_index_dir: Path) -> None:
-    from agent.cli import app
+    from agent.cli.main import app
 
     runner = CliRunner()
     out = runner.invoke(app, ["search", "Marfan syndrome", "--index-dir", str(hpo_index_dir), "--type", "Gene",

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphs import embedder as embedder_mod
-from graphs import onnx_embedder
-from graphs.embedder import (
+from graphs.embedding import embedder as embedder_mod
+from graphs.embedding import onnx_runtime as onnx_embedder
+from graphs.embedding.embedder import (
     CachedEmbedder,
     Embedder,
     MiniLMEmbedder,
@@ -129,7 +129,7 @@ socket.socket.connect = refuse
 socket.socket.connect_ex = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-from graphs.embedder import MiniLMEmbedder
+from graphs.embedding.embedder import MiniLMEmbedder
 v = MiniLMEmbedder().embed(["Seizure"])
 print("OK", v.shape)
 """

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphs import onnx_embedder
-from graphs.embedder import MiniLMEmbedder, TorchMiniLMEmbedder, get_embedder, minilm_model_name
+from graphs.embedding import onnx_runtime as onnx_embedder
+from graphs.embedding.embedder import MiniLMEmbedder, TorchMiniLMEmbedder, get_embedder, minilm_model_name
+from graphs.embedding.onnx_runtime import QUERY_THREADS, ensure_onnx_model
 from graphs.errors import ConfigError
 from graphs.loaders.hpo import default_data_dir
-from graphs.onnx_embedder import QUERY_THREADS, ensure_onnx_model
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ = 64  # what `skb index` uses (IndexConfig.embedder = "minilm:64")
@@ -130,7 +130,7 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-from graphs.embedder import get_embedder
+from graphs.embedding.embedder import get_embedder
 emb = get_embedder("minilm:64")
 vec = emb.embed_query("Seizures and microcephaly")
 batch = emb.embed(["Seizure", "Short stature"])
@@ -166,7 +166,7 @@ def test_query_path_imports_no_torch_and_prints_nothing(tmp_path: Path) -> None:
 # -- the cached model ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from graphs.embedder import _minilm_path
+    from graphs.embedding.embedder import _minilm_path
 
     return _minilm_path()
 
@@ -233,9 +233,9 @@ def test_unwritable_cache_still_embeds(tmp_path: Path, model_dir: Path, hpo_samp
 def test_index_built_with_torch_is_queried_with_onnx(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hpo_mini_skb: object
 ) -> None:
-    from graphs import embedder as embedder_mod
     from graphs.build import IndexConfig, build_index
     from graphs.bundle import IndexBundle
+    from graphs.embedding import embedder as embedder_mod
 
     real_get = embedder_mod.get_embedder
 
@@ -269,7 +269,7 @@ def test_default_build_is_int8_and_queries_embed_with_the_same_model(hpo_index_d
     """The default index is built with the int8 model and its questions are embedded by that model:
     an fp32 query vector would sit ~0.99 cosine off every stored vector and reorder close neighbours."""
     from graphs.build import IndexConfig
-    from graphs.embedder import DEFAULT_EMBEDDER
+    from graphs.embedding.embedder import DEFAULT_EMBEDDER
 
     assert IndexConfig().embedder == DEFAULT_EMBEDDER == "minilm:64:int8"
     manifest = json.loads((hpo_index_dir / "manifest.json").read_text())

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from agent.ontology_scoring import model_for
+from agent.scoring.stored import model_for
 from evals.ranking_ceiling import FEATURES, Instance, candidate_features, conditional_ic, cross_validate, fold_of
 from tests.test_offline_planner import tiny_skb
 

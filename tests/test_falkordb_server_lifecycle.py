@@ -72,7 +72,7 @@ def _env() -> dict[str, str]:
 
 def _skb() -> list[str]:
     """The `skb` console script's entry point, run from this checkout (the installed script may not be)."""
-    return [sys.executable, "-c", "from agent.cli import app; app()"]
+    return [sys.executable, "-c", "from agent.cli.main import app; app()"]
 
 
 @pytest.fixture()

@@ -15,18 +15,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from agent.clause_linking import build_definition_table
-from agent.cli import app
-from agent.linking import EntityLinker, build_lexicon, lexicon_for
-from agent.ontology_scoring import build_model, detect_hierarchy, find_annotation, find_hierarchy, model_for
-from agent.precomputed import stored_definitions, stored_lexicon, stored_model, stored_names
+from agent.cli.main import app
+from agent.linking.definitions import build_definition_table
+from agent.linking.entities import EntityLinker
+from agent.linking.lexicon import build_lexicon
+from agent.linking.stored import lexicon_for, stored_definitions, stored_lexicon, stored_names
+from agent.scoring.ontology import build_model, detect_hierarchy, find_annotation
+from agent.scoring.stored import find_hierarchy, model_for, stored_model
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
-from graphs.model import SKB
-from graphs.phrase_index import phrase_entries
-from graphs.skb_compact import CompactSKB, open_compact, write_compact
-from graphs.skb_state import precompute
+from graphs.index.phrases import phrase_entries
+from graphs.skb.compact import CompactSKB, open_compact, write_compact
+from graphs.skb.model import SKB
+from graphs.skb.state import precompute
 
 runner = CliRunner()
 
@@ -94,7 +96,7 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
 def test_code_digest_follows_the_computing_code_only() -> None:
     """Stored state is keyed by the source of the functions that computed it: a changed function retires it,
     code beside it (another SKB method) does not."""
-    from graphs.skb_compact import code_digest, schema_digest
+    from graphs.skb.compact import code_digest, schema_digest
 
     def one(x: int) -> int:
         return x + 1
@@ -109,7 +111,16 @@ def test_code_digest_follows_the_computing_code_only() -> None:
 
 
 def _schema_parts() -> tuple[object, ...]:
-    from graphs.model import Edge, GraphSchema, LabelInfo, Node, NodeType, PropertyInfo, RelationInfo, value_type_name
+    from graphs.skb.model import (
+        Edge,
+        GraphSchema,
+        LabelInfo,
+        Node,
+        NodeType,
+        PropertyInfo,
+        RelationInfo,
+        value_type_name,
+    )
 
     return (value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo, GraphSchema)
 
@@ -172,7 +183,7 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
 
 
 def test_link_matrices_from_the_arrays_equal_the_scanned_ones(hpo_mini_skb: SKB, tmp_path: Path) -> None:
-    from agent.ontology_scoring import link_matrix
+    from agent.scoring.stored import link_matrix
 
     write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
     skb = open_compact(tmp_path / "skb")
@@ -253,7 +264,7 @@ def test_large_files_are_sampled_at_open_and_hashed_in_full_by_skb_verify(
     manifest = json.loads((index / "manifest.json").read_text())
     assert "hnsw/vectors.npy" in manifest["data_files"] and "hnsw/vectors.npy" not in manifest["files"]
     assert runner.invoke(app, ["verify", "--index-dir", str(index)]).exit_code == 0
-    from graphs.phrase_index import phrase_index_for
+    from graphs.index.phrases import phrase_index_for
 
     assert any(rel.startswith("phrases/") for rel in manifest["data_files"])
     with IndexBundle.open(index) as bundle:  # an artifact recorded among the large files is still found
@@ -306,8 +317,8 @@ def test_index_without_the_new_artifacts_still_opens(
 
 def test_a_verified_onnx_model_is_opened_from_its_file_not_held_in_memory(tmp_path: Path) -> None:
     """The common start (model accepted by its recorded stat) keeps no 90 MB copy of the model bytes."""
-    from graphs.embedder import _minilm_path
-    from graphs.onnx_embedder import _session, ensure_onnx_model
+    from graphs.embedding.embedder import _minilm_path
+    from graphs.embedding.onnx_runtime import _session, ensure_onnx_model
 
     first = ensure_onnx_model(_minilm_path(), "fp32", cache_dir=tmp_path)
     assert first.rebuilt and first.held is not None  # just built (and hashed): created from the bytes
@@ -352,8 +363,8 @@ def test_skb_ask_freezes_the_startup_heap_and_leaves_the_gc_on(hpo_index_dir: Pa
 
 def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fast_index: Path) -> None:
     """The phrase graph is large; naming an entity must not pull it into memory."""
-    from agent.clause_linking import ClauseSettings
-    from graphs import phrase_index
+    from agent.linking.settings import ClauseSettings
+    from graphs.index import phrases as phrase_index
 
     with IndexBundle.open(fast_index) as bundle:
         assert phrase_index.has_phrase_index(bundle)
@@ -372,7 +383,7 @@ def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fa
 
 
 def test_per_skb_values_prefer_the_stored_record_and_are_computed_once(hpo_mini_skb: SKB) -> None:
-    from graphs.skb_state import PerSKB
+    from graphs.skb.state import PerSKB
 
     calls: list[str] = []
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
-from graphs.graph_stats import degree_array, graph_stats, plot_degree_histograms, stats_from_edges
-from graphs.sage import SimilarityEdge, SimilarityGraph
+from graphs.sage.edges import SimilarityEdge, SimilarityGraph
+from graphs.sage.stats import degree_array, graph_stats, plot_degree_histograms, stats_from_edges
 
 if TYPE_CHECKING:
-    from graphs.model import SKB
+    from graphs.skb.model import SKB
 
 
 def test_stats_from_edges_by_hand() -> None:
@@ -81,7 +81,7 @@ def sage_index(tmp_path_factory: pytest.TempPathFactory, hpo_mini_skb: SKB) -> P
 
 def test_build_index_writes_checksummed_similarity_edges(sage_index: Path) -> None:
     from graphs.bundle import IndexBundle
-    from graphs.sage import SimilarityGraph as SG
+    from graphs.sage.edges import SimilarityGraph as SG
 
     with IndexBundle.open(sage_index) as bundle:
         assert {"sage/edges.jsonl.gz", "sage/stats.json"} <= set(bundle.manifest.files)
@@ -93,8 +93,8 @@ def test_build_index_writes_checksummed_similarity_edges(sage_index: Path) -> No
 
 
 def test_cli_graph_stats_reports_every_setting_without_touching_the_index(sage_index: Path, tmp_path: Path) -> None:
+    from agent.cli.graph_stats import graph_app
     from graphs.manifest import checksum_tree
-    from graphs.sage_cli import graph_app
 
     before = checksum_tree(sage_index)
     out = tmp_path / "stats"

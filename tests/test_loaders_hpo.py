@@ -19,7 +19,7 @@ from graphs.loaders.hpo import (
     load_hpo_with_report,
     parse_frequency,
 )
-from graphs.model import SKB
+from graphs.skb.model import SKB
 
 MINI = Path(__file__).parent / "fixtures" / "hpo_mini"
 

@@ -13,7 +13,7 @@ from graphs.errors import LoaderError
 from graphs.loaders import load_dataset
 from graphs.loaders.hpo import load_hpo
 from graphs.loaders.jsonl import load_jsonl, write_jsonl
-from graphs.model import SKB, Edge, NeighborText, Node, NodeType
+from graphs.skb.model import SKB, Edge, NeighborText, Node, NodeType
 
 MINI = Path(__file__).parent / "fixtures" / "hpo_mini"
 

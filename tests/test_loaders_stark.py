@@ -299,7 +299,7 @@ def test_skb_index_refuses_untrusted_pickles_and_accepts_the_flag(tmp_path: Path
     import numpy as np
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from agent.cli.main import app
 
     d = _copy(tmp_path)
     info = _pkl_load(d / "node_info.pkl")

@@ -11,9 +11,9 @@ import pytest
 from graphs.errors import LoaderError
 from graphs.loaders import load_dataset
 from graphs.loaders.jsonl import load_jsonl, write_jsonl
-from graphs.loaders.profiles import MAX_EXEMPLARS, Profile, load_profile, packaged_profile, parse_profile, profile_for
 from graphs.loaders.triples import load_triples, read_triples
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.profile import MAX_EXEMPLARS, Profile, load_profile, packaged_profile, parse_profile, profile_for
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metaqa_mini" / "kb.txt"
 
@@ -161,7 +161,7 @@ def test_node_name_follows_the_types_name_field() -> None:
 
 
 def test_schema_render_gives_planners_the_profile_words_within_budget() -> None:
-    from graphs.model import PROFILE_PROMPT_CHARS
+    from graphs.skb.model import PROFILE_PROMPT_CHARS
 
     schema = load_dataset("metaqa", FIXTURE).schema()
     text = schema.render()

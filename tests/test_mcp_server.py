@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from agent.mcp_server import build_server
-from tools.toolkit import SKBToolkit
+from agent.serving.mcp import build_server
+from agent.serving.toolkit import SKBToolkit
 
 QUESTION = "Which disease is characterized by brachyturricephaly, proptosis and midface retrusion?"
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_in_process_client_sees_the_same_tools_and_payloads(hpo_bundle: Any, tmp
 def test_stdio_server_subprocess(hpo_index_dir: Path, hpo_bundle: Any, tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "agent.mcp_server", "--index-dir", str(hpo_index_dir)],
+        args=["-m", "agent.serving.mcp", "--index-dir", str(hpo_index_dir)],
         env=_env(tmp_path),
         cwd=str(REPO),
     )
@@ -113,7 +113,7 @@ def test_stdio_server_subprocess(hpo_index_dir: Path, hpo_bundle: Any, tmp_path:
 
     _check(asyncio.run(main()))
     # the ask tool traced its run into the configured trace database
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     traces = TraceStore(tmp_path / "mcp-traces.sqlite", read_only=True).list_traces()
     assert [t.name for t in traces] == ["skb-agent.ask"] and traces[0].preview.startswith(QUESTION[:60])
@@ -130,7 +130,7 @@ def test_streamable_http_server_on_localhost(hpo_index_dir: Path, hpo_bundle: An
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.mcp_server", "--index-dir", str(hpo_index_dir), "--transport", "http",
+        [sys.executable, "-m", "agent.serving.mcp", "--index-dir", str(hpo_index_dir), "--transport", "http",
          "--port", str(port), "--no-ask"],
         env=_env(tmp_path), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -164,7 +164,7 @@ def test_bad_transport_is_a_clear_error(hpo_index_dir: Path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from agent.mcp_server import mcp_command
+    from agent.serving.mcp import mcp_command
 
     app = typer.Typer()
     app.command()(mcp_command)

@@ -72,7 +72,7 @@ def test_a_name_in_two_roles_answers_along_either_relation(bundle: IndexBundle) 
 
 
 def test_bracketed_mention_is_linked_alone_and_exactly(bundle: IndexBundle) -> None:
-    from agent.linking import EntityLinker
+    from agent.linking.entities import EntityLinker
 
     linker = EntityLinker(bundle)
     # "Drama" and "English" are node names too, but only the bracketed topic is linked

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent.offline_planner import OfflinePlanner, parse_plan, rank_targets, read_observations
-from agent.ontology_scoring import Annotation, build_model, find_annotation, find_hierarchy, model_for
-from agent.planning import predict_target_type, relation_paths
+from agent.planning.offline import OfflinePlanner, parse_plan, rank_targets, read_observations
+from agent.planning.targets import predict_target_type, relation_paths
+from agent.scoring.ontology import Annotation, build_model, find_annotation
+from agent.scoring.stored import find_hierarchy, model_for
 from graphs.errors import PlannerError
-from graphs.loaders.profiles import Profile, ScoringSpec
-from graphs.model import SKB, Edge, Node
+from graphs.skb.model import SKB, Edge, Node
+from graphs.skb.profile import Profile, ScoringSpec
 from tools.results import parse_result
 
 # -- a tiny ontology, deliberately not HPO-named: Term/SUBCLASS_OF/ANNOTATED ------------------

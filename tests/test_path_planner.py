@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.path_planner import (
+from agent.planning.paths import (
     Hop,
     PathPlanner,
     bracketed_mention,
@@ -20,8 +20,8 @@ from agent.path_planner import (
     render,
     walk_query,
 )
-from graphs.loaders.profiles import parse_profile
-from graphs.model import SKB, Edge, Node
+from graphs.skb.model import SKB, Edge, Node
+from graphs.skb.profile import parse_profile
 
 PROFILE = {
     "name": "kitchen",
@@ -73,7 +73,7 @@ def _toy() -> SKB:
 
 @pytest.fixture(scope="module")
 def planner() -> PathPlanner:
-    from graphs.embedder import get_embedder
+    from graphs.embedding.embedder import get_embedder
 
     return PathPlanner(_toy(), get_embedder("minilm"))
 

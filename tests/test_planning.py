@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.planning import PathStep, label_vocabulary, predict_target_type, relation_paths
-from graphs.model import GraphSchema, LabelInfo, RelationInfo
+from agent.planning.targets import PathStep, label_vocabulary, predict_target_type, relation_paths
+from graphs.skb.model import GraphSchema, LabelInfo, RelationInfo
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from graphs.progress import ProgressReporter, print_table
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SKB = [sys.executable, "-c", "from agent.cli import app; app()"]
+SKB = [sys.executable, "-c", "from agent.cli.main import app; app()"]
 # Markers of third-party progress bars (tqdm, transformers "Loading weights", rich bars) and warnings.
 THIRD_PARTY = ("it/s]", "%|", "Loading weights", "Batches:", "Warning", "warn(", "━━")
 

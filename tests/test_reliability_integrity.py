@@ -26,7 +26,7 @@ import pytest
 from graphs.build import IndexConfig, build_index, clean_stale_builds
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
-from graphs.model import SKB
+from graphs.skb.model import SKB
 from tests.reliability_support import copy_index, falkordb_children, within
 from tools import make_tools
 

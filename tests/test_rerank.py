@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage
 
 from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
-from agent.rerank import Candidate, bind_for, rerank
+from agent.stages.rerank import Candidate, bind_for, rerank
 
 _ids = itertools.count()
 USAGE = {"input_tokens": 200, "output_tokens": 8, "total_tokens": 208}
@@ -224,7 +224,7 @@ def test_a_model_that_failed_for_good_is_not_asked_again(hpo_bundle: Any) -> Non
 
 def test_trace_counts_the_rerank_stage(hpo_bundle: Any, tmp_path: Any) -> None:
     from agent.api import build_agent
-    from agent.tracing import LocalTracer
+    from agent.tracing.tracer import LocalTracer
 
     model = ScriptedChatModel([finish(KEYS), call("order_candidates", {"order": [2, 1, 3]})])
     tracer = LocalTracer(tmp_path / "t.sqlite")

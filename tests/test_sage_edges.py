@@ -13,8 +13,7 @@ import pytest
 
 from graphs.build import SimilarityConfig
 from graphs.errors import ConfigError, IndexNotFoundError
-from graphs.model import SKB, Edge, Node, NodeType
-from graphs.sage import (
+from graphs.sage.edges import (
     EDGES_FILE,
     REL,
     STATS_FILE,
@@ -25,6 +24,7 @@ from graphs.sage import (
     default_fields,
     field_text,
 )
+from graphs.skb.model import SKB, Edge, Node, NodeType
 
 
 class AngleEmbedder:
@@ -221,7 +221,7 @@ PHENOTYPES: dict[str, tuple[str, str, list[str]]] = {
 
 @pytest.fixture(scope="module")
 def minilm() -> object:
-    from graphs.embedder import get_embedder
+    from graphs.embedding.embedder import get_embedder
 
     return get_embedder("minilm")
 
@@ -244,7 +244,7 @@ def test_real_model_edges_join_phenotypes_of_the_same_group(minilm: object) -> N
 
 
 def test_hnsw_candidates_match_exact_knn_on_a_larger_set() -> None:
-    from graphs.sage import _knn_pairs
+    from graphs.sage.edges import _knn_pairs
 
     rng = np.random.default_rng(7)
     centres = rng.normal(size=(12, 32))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from graphs.sage_expand import expand, neighbors
+from graphs.sage.expand import expand, neighbors
 
 MARFAN_Q = "Which disease has arachnodactyly, dural ectasia and an aortic root aneurysm?"
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pytest
 
 from graphs.errors import CypherValidationError, ReadOnlyViolationError
-from graphs.model import SKB
+from graphs.skb.model import SKB
 from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggregation_query
 from graphs.store.base import GraphStore
 from graphs.store.falkordb_store import FalkorDBStore

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
 from graphs.loaders.jsonl import write_jsonl
-from graphs.model import SKB, Node
+from graphs.skb.model import SKB, Node
 from tests.store_fixtures import tiny_skb
 from tools import make_tools
 

@@ -23,10 +23,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
-from agent.offline_planner import parse_plan
+from agent.planning.offline import parse_plan
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
-from graphs.model import SKB, Edge, NeighborText, Node, NodeType
+from graphs.skb.model import SKB, Edge, NeighborText, Node, NodeType
 from graphs.text_safety import clean_text, quoted
 from tests.reliability_support import corpus, graph_fingerprint, within
 

@@ -1,7 +1,7 @@
 """MCP over HTTP under abuse: session flood, idle expiry, bearer token.
 
 Everything listens on 127.0.0.1 only and every flood is small and bounded. The server is the real
-one: `python -m agent.mcp_server` as a user starts it, or the same ASGI app (`build_http_app`) under
+one: `python -m agent.serving.mcp` as a user starts it, or the same ASGI app (`build_http_app`) under
 uvicorn in a thread when a test needs small limits; clients are raw HTTP (what an attacker sends)
 and the official `mcp` client (what a user runs).
 """
@@ -63,12 +63,12 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 def _cli_server(
     index_dir: Path, tmp: Path, *args: str, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, Path]]:
-    """`python -m agent.mcp_server --transport http` on a free loopback port; yields (url, log file)."""
+    """`python -m agent.serving.mcp --transport http` on a free loopback port; yields (url, log file)."""
     port = _free_port()
     log_path = tmp / f"server-{port}.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.mcp_server", "--index-dir", str(index_dir), "--transport", "http",
+            [sys.executable, "-m", "agent.serving.mcp", "--index-dir", str(index_dir), "--transport", "http",
              "--port", str(port), "--no-ask", *args],
             env=env or _env(tmp), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -93,8 +93,8 @@ def _app_server(hpo_bundle: Any, **limits: Any) -> Iterator[tuple[str, Any]]:
     """`build_http_app` (the app `skb mcp` serves) under uvicorn in a thread; yields (url, session manager)."""
     import uvicorn
 
-    from agent.mcp_server import build_http_app, build_server
-    from tools.toolkit import SKBToolkit
+    from agent.serving.mcp import build_http_app, build_server
+    from agent.serving.toolkit import SKBToolkit
 
     app = build_http_app(build_server(SKBToolkit(hpo_bundle, callbacks=[], include_ask=False)), **limits)
     port = _free_port()
@@ -173,7 +173,7 @@ def test_initialize_flood_keeps_the_session_table_bounded_and_new_clients_served
 
 
 def test_eviction_spares_busy_sessions_and_refuses_only_when_all_are_busy(hpo_bundle: Any) -> None:
-    from agent.mcp_server import BoundedSessionManager
+    from agent.serving.mcp import BoundedSessionManager
 
     async def main(url: str, manager: BoundedSessionManager) -> None:
         async with httpx2.AsyncClient(timeout=30) as http:
@@ -216,8 +216,8 @@ def test_idle_sessions_expire(hpo_bundle: Any) -> None:
 
 
 def test_http_defaults_are_the_documented_ones() -> None:
-    from agent.mcp_server import DEFAULT_MAX_SESSIONS as default_max
-    from agent.mcp_server import DEFAULT_SESSION_IDLE_TIMEOUT_S, MIN_TOKEN_CHARS, TOKEN_ENV
+    from agent.serving.mcp import DEFAULT_MAX_SESSIONS as default_max
+    from agent.serving.mcp import DEFAULT_SESSION_IDLE_TIMEOUT_S, MIN_TOKEN_CHARS, TOKEN_ENV
 
     assert (default_max, DEFAULT_SESSION_IDLE_TIMEOUT_S) == (DEFAULT_MAX_SESSIONS, 600.0)
     assert (TOKEN_ENV, MIN_TOKEN_CHARS) == ("SKB_MCP_TOKEN", 16)
@@ -227,9 +227,9 @@ def test_http_defaults_are_the_documented_ones() -> None:
 
 
 def _mcp_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m agent.mcp_server` expected to refuse before opening any index (the dir does not exist)."""
+    """`python -m agent.serving.mcp` expected to refuse before opening any index (the dir does not exist)."""
     return subprocess.run(
-        [sys.executable, "-m", "agent.mcp_server", "--index-dir", str(tmp / "no-index"), *args],
+        [sys.executable, "-m", "agent.serving.mcp", "--index-dir", str(tmp / "no-index"), *args],
         env=_env(tmp, **env), cwd=str(REPO), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
@@ -311,7 +311,7 @@ def test_with_a_token_every_request_without_it_gets_401(hpo_index_dir: Path, hpo
 
 
 def test_token_from_the_environment(tmp_path: Path) -> None:
-    from agent.mcp_server import load_token
+    from agent.serving.mcp import load_token
 
     assert load_token(None, {}) is None
     assert load_token(None, {"SKB_MCP_TOKEN": f"  {TOKEN}\n"}) == TOKEN

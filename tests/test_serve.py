@@ -22,7 +22,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from agent.results import AgentResult
-from agent.serve import chat_graph, load_graph, make_graph
+from agent.serving.langgraph_app import chat_graph, load_graph, make_graph
 
 REPO = Path(__file__).resolve().parents[1]
 Q1 = "Which disease is characterized by brachyturricephaly, proptosis and midface retrusion?"
@@ -95,7 +95,7 @@ def test_example_chat_client_runs_two_turns(
 
 
 def test_chat_graph_traces_by_default(hpo_bundle: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.tracing import TraceStore, tracer_for
+    from agent.tracing.tracer import TraceStore, tracer_for
 
     monkeypatch.setenv("SKB_TRACE_DB", str(tmp_path / "traces.sqlite"))
     monkeypatch.delenv("SKB_TRACING", raising=False)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agent.trace_cli import trace_app
+from agent.cli.trace import trace_app
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "README.md"
@@ -77,7 +77,7 @@ def test_toolkit_block(doc_env: Path) -> None:
 
 @pytest.mark.integration
 def test_mcp_block(doc_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)  # the server is started as `python -m agent.mcp_server`
+    monkeypatch.chdir(REPO)  # the server is started as `python -m agent.serving.mcp`
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     out = run_block("mcp", doc_env).splitlines()
     assert out == ["['semantic_search', 'search_nodes', 'cypher', 'ask']", "HP:0000520", "FBN1"]

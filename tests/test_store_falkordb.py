@@ -19,7 +19,7 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.model import SKB, Edge, Node
+from graphs.skb.model import SKB, Edge, Node
 from graphs.store.falkordb_server import STATE_FILE, FalkorDBServer, pid_alive
 from graphs.store.falkordb_store import FalkorDBStore
 from tests.store_fixtures import tiny_skb

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from graphs.errors import ConfigError, CypherValidationError, ReadOnlyViolationError, StoreUnavailableError
-from graphs.model import SKB, Node
+from graphs.skb.model import SKB, Node
 from graphs.store import open_store
 from graphs.store.neo4j_store import Neo4jStore
 from tests.store_fixtures import free_port, tiny_skb

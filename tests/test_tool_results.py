@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.trace_html import _keys_of
-from agent.tracing import to_jsonable
+from agent.tracing.html import _keys_of
+from agent.tracing.tracer import to_jsonable
 from tools.results import (
     RESULT_TYPES,
     Finish,

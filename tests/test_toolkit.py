@@ -11,10 +11,10 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
 from agent.config import AgentConfig
-from agent.tracing import LocalTracer
+from agent.serving.toolkit import SKBToolkit, tool_input_schema
+from agent.tracing.tracer import LocalTracer
 from graphs.errors import ConfigError
 from tools.results import SemanticHits, estimate_tokens
-from tools.toolkit import SKBToolkit, tool_input_schema
 
 
 @pytest.fixture(scope="module")

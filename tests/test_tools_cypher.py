@@ -13,11 +13,11 @@ from langchain_core.tools import BaseTool
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
-from agent.mcp_server import build_server
+from agent.serving.mcp import build_server
+from agent.serving.toolkit import SKBToolkit
 from graphs.store.cypher_guard import ParameterValueError, QueryTooComplexError
 from tools.cypher import make_cypher
 from tools.results import Rows, ToolError, estimate_tokens
-from tools.toolkit import SKBToolkit
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from agent.path_planner import path_walk_message, planner_for
-from agent.topic_choice import choose_topic_for_paths
-from graphs.loaders.profiles import parse_profile
-from graphs.model import SKB, Edge, Node
+from agent.planning.paths import planner_for
+from agent.planning.topics import choose_topic_for_paths
+from agent.planning.walks import path_walk_message
+from graphs.skb.model import SKB, Edge, Node
+from graphs.skb.profile import parse_profile
 
 PROFILE = {
     "name": "kitchen-tags",
@@ -67,7 +68,7 @@ def _toy() -> SKB:
 
 @pytest.fixture(scope="module")
 def bundle() -> Any:
-    from graphs.embedder import get_embedder
+    from graphs.embedding.embedder import get_embedder
 
     return SimpleNamespace(skb=_toy(), embedder=get_embedder("minilm"))
 
@@ -114,7 +115,7 @@ def test_bracketed_question_keeps_the_bracket_rule(bundle: Any) -> None:
 
 
 def test_initials_and_short_titles_do_not_split_an_unbracketed_name() -> None:
-    from agent.linking import _tokenise
+    from agent.linking.lexicon import _tokenise
 
     tokens = _tokenise("the recipes created by Bo N. Chen use what. Which chef cooks Mr. Lime")
     starts = {t.raw: t.boundary_before for t in tokens}

@@ -24,9 +24,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from agent.api import build_agent
+from agent.cli.trace import trace_app
 from agent.results import StageUsage
-from agent.trace_cli import trace_app
-from agent.tracing import (
+from agent.tracing.tracer import (
     MAX_PAYLOAD_CHARS,
     LocalTracer,
     TraceNotFoundError,

@@ -23,8 +23,8 @@ import pytest
 from langchain_core.runnables import RunnableLambda
 
 from agent.api import build_agent
-from agent.trace_html import highlight_cypher, render_trace_html, tool_steps, write_trace_html
-from agent.tracing import LocalTracer, TraceRun
+from agent.tracing.html import highlight_cypher, render_trace_html, tool_steps, write_trace_html
+from agent.tracing.tracer import LocalTracer, TraceRun
 from tools import make_tools
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -206,7 +206,7 @@ def _tampered_rows() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def tampered_db(tmp_path: Path) -> Path:
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     db = tmp_path / "foreign.sqlite"
     store = TraceStore(db)
@@ -227,7 +227,7 @@ class _Markup(HTMLParser):
 
 
 def test_tampered_trace_fields_are_escaped_in_text_and_attributes(tampered_db: Path, tmp_path: Path) -> None:
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     page = write_trace_html(TraceStore(tampered_db, read_only=True), _ROOT_ID, tmp_path / "t.html").read_text()
     parser = _Markup()
@@ -244,7 +244,7 @@ def test_tampered_trace_fields_are_escaped_in_text_and_attributes(tampered_db: P
 
 
 def test_page_declares_a_content_security_policy_without_script(tampered_db: Path) -> None:
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     page = render_trace_html(TraceStore(tampered_db, read_only=True).get_tree(_ROOT_ID))
     head = page[: page.index("</head>")]
@@ -265,7 +265,7 @@ def test_page_declares_a_content_security_policy_without_script(tampered_db: Pat
 def test_chromium_runs_no_script_from_a_tampered_trace_database(tampered_db: Path, tmp_path: Path) -> None:
     from PIL import Image
 
-    from agent.tracing import TraceStore
+    from agent.tracing.tracer import TraceStore
 
     page = write_trace_html(TraceStore(tampered_db, read_only=True), _ROOT_ID, tmp_path / "tampered.html")
     url = page.resolve().as_uri()
@@ -294,8 +294,8 @@ def test_trace_cli_prints_foreign_fields_as_plain_text(tmp_path: Path) -> None:
     shown as text, never interpreted (no hyperlinks, retitled terminals, or a crash on a stray tag)."""
     from typer.testing import CliRunner
 
-    from agent.trace_cli import trace_app
-    from agent.tracing import TraceStore
+    from agent.cli.trace import trace_app
+    from agent.tracing.tracer import TraceStore
 
     hostile = "evil\x1b]0;PWNED\x07 [/red][link=https://evil.example]click[/link] \x9b31m"
     root = "00000000-0000-7000-8000-00000000b001"

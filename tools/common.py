@@ -18,12 +18,12 @@ import numpy as np
 from langchain_core.tools import InjectedToolArg, StructuredTool
 from pydantic import BaseModel
 
-from graphs.model import SKB, GraphSchema
+from graphs.skb.model import SKB, GraphSchema
 from graphs.text_safety import clean_text
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
-    from graphs.embedder import Embedder
+    from graphs.embedding.embedder import Embedder
 
 QuestionGetter = Callable[[], "str | None"]
 

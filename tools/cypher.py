@@ -24,7 +24,7 @@ from graphs.errors import (
     StoreUnavailableError,
     TooManyRowsError,
 )
-from graphs.model import GraphSchema
+from graphs.skb.model import GraphSchema
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
     MAX_RANGE_ELEMENTS,

@@ -44,7 +44,7 @@ from tools.results import (
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
-    from graphs.model import Node
+    from graphs.skb.model import Node
 
 NAME = "search_nodes"
 DESCRIPTION = (

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from graphs.errors import LoaderError
-from graphs.model import SKB
+from graphs.skb.model import SKB
 
 DatasetName = Literal["hpo", "jsonl", "stark", "docs", "triples", "metaqa"]
 DATASETS: tuple[str, ...] = ("hpo", "jsonl", "stark", "docs", "triples", "metaqa")
@@ -37,8 +37,8 @@ def load_dataset(name: DatasetName, path: Path | None = None, profile: Path | No
         }[name]
         raise LoaderError(str(name), f"dataset {name!r} needs a path", fix=f"pass {what}")
     if name in ("triples", "metaqa"):
-        from graphs.loaders.profiles import packaged_profile
         from graphs.loaders.triples import load_triples
+        from graphs.skb.profile import packaged_profile
 
         if name == "metaqa" and profile is None:
             return load_triples(Path(path), packaged_profile("metaqa"))

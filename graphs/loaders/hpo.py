@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphs.errors import LoaderError
-from graphs.model import SKB, Edge, NeighborText, Node, NodeType
+from graphs.skb.model import SKB, Edge, NeighborText, Node, NodeType
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from graphs.errors import LoaderError
-from graphs.loaders.profiles import Profile, is_default, parse_profile
 from graphs.manifest import atomic_write_bytes
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.profile import Profile, is_default, parse_profile
 
 try:  # optional speed-up; the format is plain JSON either way
     import orjson as _orjson
@@ -208,7 +208,7 @@ def _schema(path: Path) -> tuple[str | None, list[NodeType]]:
                 src,
                 f"node_types[{i}] is invalid: {where}: {first['msg']}",
                 record=f"node_types[{i}]",
-                fix="each node type needs at least a 'label'; see graphs.model.NodeType",
+                fix="each node type needs at least a 'label'; see graphs.skb.model.NodeType",
             ) from exc
     return name, types
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.errors import LoaderError
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
 
 NAME_FIELDS = ("name", "title", "DisplayName")
 MAX_TEXT_FIELDS = 6

@@ -23,8 +23,8 @@ import gzip
 from pathlib import Path
 
 from graphs.errors import LoaderError
-from graphs.loaders.profiles import Profile, load_profile
-from graphs.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.profile import Profile, load_profile
 
 #: File names looked for when ``path`` is a directory.
 CANDIDATE_FILES = ("kb.txt", "kb.tsv", "triples.txt", "triples.tsv")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import BaseModel, Field
 
 from graphs.errors import CypherValidationError, StoreError
-from graphs.model import SKB, GraphSchema
+from graphs.skb.model import SKB, GraphSchema
 from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggregation_query, aggregation_rows
 from graphs.store.cypher_guard import check_params, check_read_only, check_resources
 from graphs.store.props import (

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from graphs.errors import CypherValidationError, ReadOnlyViolationError
-from graphs.model import GraphSchema
+from graphs.skb.model import GraphSchema
 
 ALLOWED_PROCEDURE_NAMES: tuple[str, ...] = (
     "db.labels",

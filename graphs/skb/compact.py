@@ -1,0 +1,523 @@
+"""The SKB of an index as memory-mapped arrays: opened in milliseconds, nodes and edges built on access.
+
+Why: parsing ``nodes.jsonl.gz``/``edges.jsonl.gz`` into ~600k Python objects took seconds and
+hundreds of MB on every ``skb ask``, although one question touches a few thousand of them. The
+build writes the same SKB a second time as flat numpy arrays (``skb/compact/``):
+
+- ``node_label.npy`` (label id per node), ``node_keys.json`` (keys in node order),
+  ``node_props.bin`` + ``node_props.off.npy`` (each node's props as one JSON object, by offset);
+- ``edge_src.npy``/``edge_dst.npy`` (node ids), ``edge_rel.npy`` (relation id),
+  ``edge_props.bin`` + ``edge_props.off.npy`` (props of edges that have any);
+- ``out_ptr.npy``/``out_idx.npy`` and ``in_ptr.npy``/``in_idx.npy``: CSR adjacency (edge ids per
+  node, in edge order), so ``out_edges``/``in_edges`` cost a slice, not a scan;
+- ``meta.json``: label and relation names, counts and the schema (``SKB.schema()``), stored with
+  the digest of the code that computed it (a changed ``graphs/skb/model.py`` recomputes it).
+
+:class:`CompactSKB` is a read-only :class:`~graphs.skb.model.SKB`: ``nodes`` is a mapping that builds
+(and keeps) a :class:`~graphs.skb.model.Node` the first time a key is read, ``edges`` a sequence that
+builds an :class:`~graphs.skb.model.Edge` per access. Node and edge order are those of the SKB that was
+written, so every consumer sees the same graph as from the JSON lines. Arrays are opened with
+``numpy.load(mmap_mode="r")``: pages are read from the file cache only when touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast, overload
+
+import numpy as np
+
+from graphs.errors import ConfigError, IndexCorruptError
+from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
+from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
+
+COMPACT_DIR = "compact"
+META_FILE = "meta.json"
+FORMAT = 1
+
+_ARRAYS = (
+    "node_label", "node_props.off", "edge_src", "edge_dst", "edge_rel", "edge_props.off",
+    "out_ptr", "out_idx", "in_ptr", "in_idx",
+)
+_BLOBS = ("node_props.bin", "edge_props.bin")
+
+
+_DIGEST_LOCK = threading.Lock()
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
+def code_digest(*objects: Any) -> str:
+    """sha256 over the source of the functions and classes that compute some stored state (dataclasses by
+    their fields, other values by ``repr``): state computed by other code is not reused.
+
+    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices) is only
+    valid for the code that computed it, and a forgotten version bump would serve stale state silently.
+    Why the computing functions and not whole modules: a method added to ``SKB`` or a new linker rule does
+    not change what was stored, and retiring valid state costs every cold start seconds of recomputation
+    until the index is rebuilt."""
+    import dataclasses
+    import inspect
+
+    key = tuple(obj if callable(obj) else ("repr", repr(obj)) for obj in objects)  # functions and classes hash
+    # once per process and under a lock: inspect.getsource parses a class's module with ``ast``, and
+    # CPython 3.11 raises "AST constructor recursion depth mismatch" when threads parse at once (readers
+    # reopening an index after a rebuild did)
+    with _DIGEST_LOCK:
+        found = _DIGESTS.get(key)
+        if found is not None:
+            return found
+        parts = []
+        for obj in objects:
+            if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+                parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
+            elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+                parts.append(inspect.getsource(obj))
+            else:
+                parts.append(repr(obj))
+        digest = _DIGESTS[key] = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+        return digest
+
+
+def schema_digest() -> str:
+    """The code that computes ``SKB.schema()``."""
+    from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
+
+    return code_digest(SKB.schema, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
+                       GraphSchema)
+
+
+def _json_dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _dumper() -> Any:
+    """orjson's dumps when installed (it is optional, third-party), else the stdlib's: the same JSON text."""
+    try:
+        import orjson
+
+        return orjson.dumps
+    except ImportError:
+        return _json_dumps
+
+
+def _loader() -> Any:
+    try:
+        import orjson
+
+        return orjson.loads
+    except ImportError:  # orjson is optional (third-party)
+        return json.loads
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def write_compact(skb: SKB, directory: Path, schema: GraphSchema | None = None) -> list[Path]:
+    """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written.
+
+    ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = list(skb.nodes)
+    index = {key: i for i, key in enumerate(keys)}
+    labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))
+    label_id = {label: i for i, label in enumerate(labels)}
+    rels = sorted({edge.rel for edge in skb.edges})
+    rel_id = {rel: i for i, rel in enumerate(rels)}
+    n, m = len(keys), len(skb.edges)
+    if n >= 2**31 or m >= 2**31:
+        raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
+
+    node_label = np.fromiter((label_id[node.label] for node in skb.nodes.values()), dtype=np.int32, count=n)
+    dumps = _dumper()
+    node_blob, node_off = _props_blob((node.props for node in skb.nodes.values()), dumps)
+    try:
+        edge_src = np.fromiter((index[e.src] for e in skb.edges), dtype=np.int32, count=m)
+        edge_dst = np.fromiter((index[e.dst] for e in skb.edges), dtype=np.int32, count=m)
+    except KeyError as exc:
+        raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
+    edge_rel = np.fromiter((rel_id[e.rel] for e in skb.edges), dtype=np.int32, count=m)
+    edge_blob, edge_off = _props_blob((e.props for e in skb.edges), dumps)
+    out_ptr, out_idx = _csr(edge_src, n)
+    in_ptr, in_idx = _csr(edge_dst, n)
+
+    arrays = {
+        "node_label": node_label, "node_props.off": node_off, "edge_src": edge_src, "edge_dst": edge_dst,
+        "edge_rel": edge_rel, "edge_props.off": edge_off, "out_ptr": out_ptr, "out_idx": out_idx,
+        "in_ptr": in_ptr, "in_idx": in_idx,
+    }
+    written: list[Path] = []
+    for name, array in arrays.items():
+        _save_npy(directory / f"{name}.npy", array)
+        written.append(directory / f"{name}.npy")
+    for name, blob in (("node_props.bin", node_blob), ("edge_props.bin", edge_blob)):
+        atomic_write_bytes(directory / name, blob)
+        written.append(directory / name)
+    atomic_write_bytes(directory / "node_keys.json", dumps(keys))
+    written.append(directory / "node_keys.json")
+    from graphs.skb.profile import Profile, is_default
+
+    profile = getattr(skb, "profile", None)
+    meta = {
+        "format": FORMAT,
+        "name": skb.name,
+        "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
+        "profile": profile.model_dump(mode="json") if isinstance(profile, Profile) and not is_default(profile) else None,
+        "nodes": n,
+        "edges": m,
+        "labels": labels,
+        "rels": rels,
+        "schema": (schema if schema is not None else skb.schema()).model_dump(mode="json"),
+        "schema_digest": schema_digest(),
+    }
+    atomic_write_json(directory / META_FILE, meta, indent=None)
+    written.append(directory / META_FILE)
+    fsync_dir(directory)
+    return written
+
+
+def _props_blob(props: Iterator[dict[str, Any]], dumps: Any) -> tuple[bytes, np.ndarray]:
+    """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes."""
+    parts: list[bytes] = []
+    offsets = [0]
+    total = 0
+    for value in props:
+        if value:
+            data = dumps(value)
+            parts.append(data)
+            total += len(data)
+        offsets.append(total)
+    return b"".join(parts), np.asarray(offsets, dtype=np.int64)
+
+
+def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edge ids grouped by node (stable: edge order kept within a node) and the row pointers."""
+    order = np.argsort(ends, kind="stable").astype(np.int32)
+    counts = np.bincount(ends, minlength=n) if len(ends) else np.zeros(n, dtype=np.int64)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, order
+
+
+class _Blob:
+    """A read-only file of concatenated JSON objects, sliced through mmap (an empty file has no map)."""
+
+    def __init__(self, path: Path) -> None:
+        self._data: mmap.mmap | bytes
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            self._data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._loads = _loader()
+
+    def get(self, start: int, end: int) -> dict[str, Any]:
+        if start == end:
+            return {}
+        value = self._loads(self._data[start:end])
+        if not isinstance(value, dict):
+            raise IndexCorruptError("a compact SKB props record is not a JSON object")
+        return value
+
+
+class _NodeMap(Mapping[str, Node]):
+    """``key -> Node``; a Node is built on first access and kept (the same object afterwards)."""
+
+    def __init__(self, skb: CompactSKB) -> None:
+        self._skb = skb
+        self._cache: dict[str, Node] = {}
+
+    def __getitem__(self, key: str) -> Node:
+        node = self._cache.get(key)
+        if node is None:
+            node = self._cache.setdefault(key, self._skb._node_at(self._skb._index[key]))
+        return node
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        node = self._cache.get(key)
+        if node is not None:
+            return node
+        i = self._skb._index.get(key)
+        return default if i is None else self[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._skb._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._skb._keys)
+
+    def __len__(self) -> int:
+        return len(self._skb._keys)
+
+
+class _EdgeList(Sequence[Edge]):
+    """The edges in their stored order; an Edge is built per access (edges are many and rarely all read)."""
+
+    def __init__(self, skb: CompactSKB) -> None:
+        self._skb = skb
+
+    def __len__(self) -> int:
+        return len(self._skb._edge_src)
+
+    @overload
+    def __getitem__(self, i: int) -> Edge: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Edge]: ...
+
+    def __getitem__(self, i: int | slice) -> Edge | list[Edge]:
+        if isinstance(i, slice):
+            return [self._skb._edge_at(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("edge index out of range")
+        return self._skb._edge_at(i)
+
+    def __iter__(self) -> Iterator[Edge]:
+        skb = self._skb
+        keys, rels = skb._keys, skb._rels
+        off = skb._edge_off
+        step = 65536
+        for start in range(0, len(self), step):
+            src = skb._edge_src[start : start + step].tolist()
+            dst = skb._edge_dst[start : start + step].tolist()
+            rel = skb._edge_rel[start : start + step].tolist()
+            bounds = off[start : start + len(src) + 1].tolist()
+            for j in range(len(src)):
+                yield Edge(keys[src[j]], rels[rel[j]], keys[dst[j]], skb._edge_props.get(bounds[j], bounds[j + 1]))
+
+
+class CompactSKB(SKB):
+    """A read-only SKB over the arrays of ``<index>/skb/compact`` (see the module docstring)."""
+
+    def __init__(self, directory: Path) -> None:
+        from graphs.skb.profile import parse_profile
+
+        directory = Path(directory)
+        self.directory = directory
+        compact = directory / COMPACT_DIR
+        meta_path = compact / META_FILE
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                raise ValueError(f"format {meta.get('format')!r}, this code reads {FORMAT}")
+            self._labels: list[str] = [str(x) for x in meta["labels"]]
+            self._rels: list[str] = [str(x) for x in meta["rels"]]
+            self._meta = meta
+            arrays = {name_: np.load(compact / f"{name_}.npy", mmap_mode="r", allow_pickle=False) for name_ in _ARRAYS}
+            keys = _loader()((compact / "node_keys.json").read_bytes())
+            self._node_props = _Blob(compact / "node_props.bin")
+            self._edge_props = _Blob(compact / "edge_props.bin")
+            name = str(meta["name"])
+            node_types = [NodeType.model_validate(raw) for raw in meta["node_types"]]
+            profile = None if meta.get("profile") is None else parse_profile(meta["profile"], f"{meta_path} (profile)")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            index_dir = directory.parent
+            raise IndexCorruptError(
+                f"the compact SKB in {compact} cannot be read ({exc}) -- {rebuild_hint(index_dir)}"
+            ) from exc
+        n, m = int(meta["nodes"]), int(meta["edges"])
+        self._keys: list[str] = keys
+        self._node_label = arrays["node_label"]
+        self._node_off = arrays["node_props.off"]
+        self._edge_src = arrays["edge_src"]
+        self._edge_dst = arrays["edge_dst"]
+        self._edge_rel = arrays["edge_rel"]
+        self._edge_off = arrays["edge_props.off"]
+        self._out_ptr, self._out_idx = arrays["out_ptr"], arrays["out_idx"]
+        self._in_ptr, self._in_idx = arrays["in_ptr"], arrays["in_idx"]
+        shapes_ok = (
+            len(keys) == n and self._node_label.shape == (n,) and self._node_off.shape == (n + 1,)
+            and all(a.shape == (m,) for a in (self._edge_src, self._edge_dst, self._edge_rel, self._out_idx, self._in_idx))
+            and self._edge_off.shape == (m + 1,) and self._out_ptr.shape == (n + 1,) and self._in_ptr.shape == (n + 1,)
+        )
+        if not shapes_ok:
+            raise IndexCorruptError(
+                f"the compact SKB in {compact} has arrays of inconsistent lengths for {n} nodes and {m} edges "
+                f"-- {rebuild_hint(directory.parent)}"
+            )
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._lock = threading.Lock()
+        self.name = name
+        self.node_types = {t.label: t for t in node_types}
+        for label in self._labels:
+            self.node_types.setdefault(label, NodeType(label=label))
+        self.profile = profile
+        self._out = self._in = None
+        self.nodes = cast("dict[str, Node]", _NodeMap(self))
+        self.edges = cast("list[Edge]", _EdgeList(self))
+        self._schema: GraphSchema | None = None
+
+    # -- materialisation ---------------------------------------------------------------
+    def _node_at(self, i: int) -> Node:
+        label = self._labels[int(self._node_label[i])]
+        props = self._node_props.get(int(self._node_off[i]), int(self._node_off[i + 1]))
+        ntype = self.node_types.get(label)
+        return Node(self._keys[i], label, props, name_field=ntype.name_field if ntype is not None else "name")
+
+    def _edge_at(self, j: int) -> Edge:
+        return Edge(
+            self._keys[int(self._edge_src[j])],
+            self._rels[int(self._edge_rel[j])],
+            self._keys[int(self._edge_dst[j])],
+            self._edge_props.get(int(self._edge_off[j]), int(self._edge_off[j + 1])),
+        )
+
+    # -- read-only SKB ----------------------------------------------------------------
+    def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
+        raise ConfigError("the SKB of an index is read-only; build a new index to change it")
+
+    def add_edge(self, edge: Edge) -> None:
+        raise ConfigError("the SKB of an index is read-only; build a new index to change it")
+
+    def validate(self, source: str = "<memory>") -> None:
+        """Edges were validated when the index was built; the arrays hold node ids, not keys."""
+
+    def labels(self) -> list[str]:
+        present = np.flatnonzero(np.bincount(self._node_label, minlength=len(self._labels)))
+        return sorted(self._labels[int(i)] for i in present)
+
+    def nodes_of(self, label: str) -> list[Node]:
+        if label not in self._labels:
+            return []
+        lid = self._labels.index(label)
+        return [self.nodes[self._keys[int(i)]] for i in np.flatnonzero(self._node_label == lid)]
+
+    def out_edges(self, key: str) -> Iterator[Edge]:
+        i = self._index.get(key)
+        if i is None:
+            return iter(())
+        ids = self._out_idx[self._out_ptr[i] : self._out_ptr[i + 1]].tolist()
+        return (self._edge_at(j) for j in ids)
+
+    def in_edges(self, key: str) -> Iterator[Edge]:
+        i = self._index.get(key)
+        if i is None:
+            return iter(())
+        ids = self._in_idx[self._in_ptr[i] : self._in_ptr[i + 1]].tolist()
+        return (self._edge_at(j) for j in ids)
+
+    def degree(self, key: str) -> int:
+        i = self._index.get(key)
+        if i is None:
+            return 0
+        return int(self._out_ptr[i + 1] - self._out_ptr[i] + self._in_ptr[i + 1] - self._in_ptr[i])
+
+    def relations_at(self, key: str) -> list[tuple[str, Literal["out", "in"]]]:
+        i = self._index.get(key)
+        if i is None:
+            return []
+        found: list[tuple[str, Literal["out", "in"]]] = []
+        sides: tuple[tuple[np.ndarray, np.ndarray, Literal["out", "in"]], ...] = (
+            (self._out_ptr, self._out_idx, "out"),
+            (self._in_ptr, self._in_idx, "in"),
+        )
+        for ptr, idx, direction in sides:
+            rel_ids = self._edge_rel[idx[ptr[i] : ptr[i + 1]]]
+            if len(rel_ids):
+                uniq, first = np.unique(rel_ids, return_index=True)
+                found.extend((self._rels[int(r)], direction) for r in uniq[np.argsort(first)])
+        return found
+
+    def neighbor_keys(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> list[str]:
+        i = self._index.get(key)
+        if i is None or rel not in self._rels:
+            return []
+        rid = self._rels.index(rel)
+        sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        if direction in ("out", "both"):
+            sides.append((self._out_ptr, self._out_idx, self._edge_dst))
+        if direction in ("in", "both"):
+            sides.append((self._in_ptr, self._in_idx, self._edge_src))
+        if label is not None and label not in self._labels:
+            return []
+        lid = None if label is None else self._labels.index(label)
+        found: list[str] = []
+        for ptr, idx, other in sides:
+            edges = idx[ptr[i] : ptr[i + 1]]
+            ends = other[edges[self._edge_rel[edges] == rid]]
+            if lid is not None:
+                ends = ends[self._node_label[ends] == lid]
+            found.extend(self._keys[int(j)] for j in ends)
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        node_counts = np.bincount(self._node_label, minlength=len(self._labels))
+        edge_counts = np.bincount(self._edge_rel, minlength=len(self._rels))
+        # first-occurrence order, as Counter over the objects gives it
+        first_node = _first_seen(self._node_label)
+        first_edge = _first_seen(self._edge_rel)
+        return {
+            "nodes": {self._labels[i]: int(node_counts[i]) for i in first_node},
+            "edges": {self._rels[i]: int(edge_counts[i]) for i in first_edge},
+        }
+
+    def schema(self, max_samples: int = 3) -> GraphSchema:
+        """The schema stored at build time when the same code computed it; otherwise computed."""
+        if max_samples != 3:
+            return super().schema(max_samples)
+        with self._lock:
+            if self._schema is None:
+                if self._meta.get("schema_digest") == schema_digest() and isinstance(self._meta.get("schema"), dict):
+                    self._schema = GraphSchema.model_validate(self._meta["schema"])
+                else:
+                    self._schema = super().schema(max_samples)
+            return self._schema.model_copy(deep=True)
+
+    def relation_patterns(self) -> Counter[tuple[str, str, str]]:
+        """``(rel, source label, target label) -> edge count``, in order of first occurrence (as a Counter
+        filled edge by edge would hold them), computed from the arrays without building an edge."""
+        n_labels = max(len(self._labels), 1)
+        src_label = np.asarray(self._node_label)[np.asarray(self._edge_src)].astype(np.int64)
+        dst_label = np.asarray(self._node_label)[np.asarray(self._edge_dst)].astype(np.int64)
+        code = (np.asarray(self._edge_rel, dtype=np.int64) * n_labels + src_label) * n_labels + dst_label
+        out: Counter[tuple[str, str, str]] = Counter()
+        if not len(code):
+            return out
+        uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
+        for j in np.argsort(first, kind="stable"):
+            value = int(uniq[j])
+            rel, rest = divmod(value, n_labels * n_labels)
+            src, dst = divmod(rest, n_labels)
+            out[(self._rels[rel], self._labels[src], self._labels[dst])] = int(counts[j])
+        return out
+
+    # -- arrays for vectorised consumers --------------------------------------------------
+    def label_ids(self) -> tuple[list[str], np.ndarray]:
+        """Label names and the label id of every node (in node order)."""
+        return self._labels, self._node_label
+
+    def edge_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Relation names and the (rel id, src id, dst id) arrays of every edge (in edge order)."""
+        return self._rels, self._edge_rel, self._edge_src, self._edge_dst
+
+    def node_keys(self) -> list[str]:
+        return self._keys
+
+    def positions(self, keys: Sequence[str]) -> np.ndarray:
+        """Node ids (positions in node order) of ``keys``; KeyError for a key not in the SKB."""
+        return np.fromiter((self._index[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def _first_seen(ids: np.ndarray) -> list[int]:
+    if not len(ids):
+        return []
+    uniq, first = np.unique(np.asarray(ids), return_index=True)
+    return [int(uniq[j]) for j in np.argsort(first, kind="stable")]
+
+
+def open_compact(skb_dir: Path) -> CompactSKB:
+    """Open ``<index>/skb`` through its compact arrays (written by ``write_compact`` into ``skb/compact``)."""
+    return CompactSKB(Path(skb_dir))

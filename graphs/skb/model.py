@@ -1,0 +1,365 @@
+"""The semi-structured knowledge base (SKB): typed nodes with text, typed directed edges.
+
+Nodes and edges are plain slotted dataclasses because an SKB holds hundreds of
+thousands of them and pydantic validation per edge costs seconds; the schema and
+node-type descriptions are pydantic because they are small, user-facing and are
+rendered into prompts.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from graphs.errors import LoaderError
+
+Direction = Literal["out", "in"]
+
+
+@dataclass(slots=True)
+class Node:
+    """A node: a globally unique external key (``HP:0001250``, ``OMIM:147791``, ``FGFR2``)."""
+
+    key: str
+    label: str
+    props: dict[str, Any] = field(default_factory=dict)
+    name_field: str = field(default="name", repr=False, compare=False)
+    """The prop holding the display name (the node type's ``name_field``; set by ``SKB.add_node``)."""
+
+    @property
+    def name(self) -> str:
+        value = self.props.get(self.name_field)
+        if value is None and self.name_field != "name":
+            value = self.props.get("name")
+        return str(value) if value is not None else self.key
+
+
+@dataclass(slots=True)
+class Edge:
+    """A typed directed edge between two node keys."""
+
+    src: str
+    rel: str
+    dst: str
+    props: dict[str, Any] = field(default_factory=dict)
+
+
+class NeighborText(BaseModel):
+    """Adds neighbor names to a node's text (as STaRK does for its documents).
+
+    Why: a disease in HPO has only a name; without its phenotypes in its text, lexical
+    and dense baselines cannot match a phenotype question at all.
+    """
+
+    rel: str
+    direction: Direction = "out"
+    title: str
+    field: str = "name"
+    max_items: int = Field(default=10, ge=1)
+    other_label: str | None = None
+    """Only neighbors with this label (a relation may point at several labels)."""
+
+
+class NodeType(BaseModel):
+    """How nodes of one label turn into text for the embedder and BM25."""
+
+    label: str
+    description: str = ""
+    name_field: str = "name"
+    synonym_field: str | None = None
+    text_fields: list[str] = Field(default_factory=lambda: ["name"])
+    neighbor_text: list[NeighborText] = Field(default_factory=list)
+
+
+class PropertyInfo(BaseModel):
+    name: str
+    type: str
+    samples: list[str] = Field(default_factory=list)
+
+
+class LabelInfo(BaseModel):
+    label: str
+    count: int
+    description: str = ""
+    properties: list[PropertyInfo] = Field(default_factory=list)
+
+
+class RelationInfo(BaseModel):
+    rel: str
+    src_label: str
+    dst_label: str
+    count: int = 0
+    description: str = ""
+    """What the relation means in words (from the domain profile), shown to planners."""
+
+
+#: Character budget (~chars/4 tokens) of the domain-profile part of a rendered schema (relation
+#: descriptions are one line each; example questions are added until this budget is spent).
+PROFILE_PROMPT_CHARS = 2400
+
+
+class GraphSchema(BaseModel):
+    """Labels, relation types with endpoints, properties with types and sample values."""
+
+    labels: list[LabelInfo] = Field(default_factory=list)
+    relations: list[RelationInfo] = Field(default_factory=list)
+    examples: list[str] = Field(default_factory=list)
+    """Example questions with their relation paths (the profile's exemplars), ``question -> >rel <rel``."""
+
+    def label_names(self) -> list[str]:
+        return [info.label for info in self.labels]
+
+    def relation_names(self) -> list[str]:
+        return sorted({info.rel for info in self.relations})
+
+    def properties_of(self, label: str) -> list[str]:
+        for info in self.labels:
+            if info.label == label:
+                return [p.name for p in info.properties]
+        return []
+
+    def render(self, max_samples: int = 2, max_sample_chars: int = 40) -> str:
+        """Compact text for prompts: one line per label and per relation pattern."""
+        lines = ["Node labels:"]
+        for info in self.labels:
+            props = []
+            for prop in info.properties:
+                samples = ", ".join(repr(s[:max_sample_chars]) for s in prop.samples[:max_samples])
+                props.append(f"{prop.name}:{prop.type}" + (f" (e.g. {samples})" if samples else ""))
+            desc = f" -- {info.description}" if info.description else ""
+            lines.append(f"- {info.label} [{info.count}]{desc}; properties: " + "; ".join(props))
+        lines.append("Relationships:")
+        for rel in self.relations:
+            desc = f" -- {rel.description}" if rel.description else ""
+            lines.append(f"- (:{rel.src_label})-[:{rel.rel}]->(:{rel.dst_label}) [{rel.count}]{desc}")
+        if self.examples:
+            budget = PROFILE_PROMPT_CHARS - sum(len(r.description) for r in self.relations)
+            shown = []
+            for example in self.examples:
+                if budget - len(example) < 0:
+                    break
+                budget -= len(example) + 3
+                shown.append(f"- {example}")
+            if shown:
+                lines.append("Example questions -> relation paths from the [bracketed] entity "
+                             "(>rel follows the arrow, <rel goes against it):")
+                lines.extend(shown)
+        return "\n".join(lines)
+
+
+def _sentence(text: str) -> str:
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def value_type_name(value: Any) -> str:
+    """Cypher-style type names for schema rendering (shared with the stores' introspection)."""
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int):
+        return "INTEGER"
+    if isinstance(value, float):
+        return "FLOAT"
+    if isinstance(value, list):
+        return "LIST"
+    return "STRING"
+
+
+class SKB:
+    """An in-memory SKB; loaders build one, stores and indexes consume it."""
+
+    def __init__(self, name: str, node_types: Iterable[NodeType] = ()) -> None:
+        self.name = name
+        self.node_types: dict[str, NodeType] = {t.label: t for t in node_types}
+        self.nodes: dict[str, Node] = {}
+        self.edges: list[Edge] = []
+        self._out: dict[str, list[int]] | None = None
+        self._in: dict[str, list[int]] | None = None
+        #: The domain profile (graphs.skb.profile.Profile) the SKB was loaded with, if any;
+        #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
+        self.profile: Any = None
+
+    # -- building -------------------------------------------------------------
+    def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
+        if not node.key:
+            raise LoaderError(source, "node has an empty key", record=record, fix="give every node a non-empty 'key'")
+        if node.key in self.nodes:
+            other = self.nodes[node.key]
+            raise LoaderError(
+                source,
+                f"duplicate node key {node.key!r} (labels {other.label!r} and {node.label!r})",
+                record=record,
+                fix="node keys must be unique across all labels; prefix them by type if needed",
+            )
+        ntype = self.node_types.get(node.label)
+        if ntype is None:
+            ntype = self.node_types[node.label] = NodeType(label=node.label)
+        if ntype.name_field != node.name_field:
+            node.name_field = ntype.name_field
+        self.nodes[node.key] = node
+        self._out = self._in = None
+
+    def add_edge(self, edge: Edge) -> None:
+        self.edges.append(edge)
+        self._out = self._in = None
+
+    def validate(self, source: str = "<memory>") -> None:
+        """Refuse dangling edges: a store would silently drop them."""
+        for i, edge in enumerate(self.edges):
+            for end in (edge.src, edge.dst):
+                if end not in self.nodes:
+                    raise LoaderError(
+                        source,
+                        f"edge {edge.src!r} -[{edge.rel}]-> {edge.dst!r} refers to unknown node {end!r}",
+                        record=i,
+                        fix="add the node or remove the edge",
+                    )
+
+    # -- access ---------------------------------------------------------------
+    def labels(self) -> list[str]:
+        return sorted({n.label for n in self.nodes.values()})
+
+    def nodes_of(self, label: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.label == label]
+
+    def _adjacency(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        if self._out is None or self._in is None:
+            out: dict[str, list[int]] = defaultdict(list)
+            inc: dict[str, list[int]] = defaultdict(list)
+            # Hundreds of thousands of small lists: the cyclic GC would rescan them repeatedly.
+            was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                for i, edge in enumerate(self.edges):
+                    out[edge.src].append(i)
+                    inc[edge.dst].append(i)
+            finally:
+                if was_enabled:
+                    gc.enable()
+            self._out, self._in = dict(out), dict(inc)
+        return self._out, self._in
+
+    def out_edges(self, key: str) -> Iterator[Edge]:
+        out, _ = self._adjacency()
+        return (self.edges[i] for i in out.get(key, ()))
+
+    def in_edges(self, key: str) -> Iterator[Edge]:
+        _, inc = self._adjacency()
+        return (self.edges[i] for i in inc.get(key, ()))
+
+    def degree(self, key: str) -> int:
+        """How many edges touch ``key`` (out + in), without building them."""
+        out, inc = self._adjacency()
+        return len(out.get(key, ())) + len(inc.get(key, ()))
+
+    def relations_at(self, key: str) -> list[tuple[str, Literal["out", "in"]]]:
+        """The (relation, direction) pairs of the node's edges, outgoing first, each in first-edge order.
+        Why: planners ask which relations a hub has; they need not materialise its thousands of edges."""
+        seen: dict[tuple[str, Literal["out", "in"]], None] = {}
+        for edge in self.out_edges(key):
+            seen.setdefault((edge.rel, "out"))
+        for edge in self.in_edges(key):
+            seen.setdefault((edge.rel, "in"))
+        return list(seen)
+
+    def neighbor_keys(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> list[str]:
+        """Keys of the nodes one ``rel`` edge away from ``key`` (outgoing first, in edge order; a parallel edge
+        repeats its neighbour), optionally only those of ``label``.
+        Why: planners choose tool arguments from the graph's structure (the broader and narrower terms of a
+        mentioned one) without materialising a hub's thousands of other edges."""
+        found: list[str] = []
+        if direction in ("out", "both"):
+            found.extend(e.dst for e in self.out_edges(key) if e.rel == rel)
+        if direction in ("in", "both"):
+            found.extend(e.src for e in self.in_edges(key) if e.rel == rel)
+        if label is None:
+            return found
+        return [k for k in found if k in self.nodes and self.nodes[k].label == label]
+
+    def node_text(self, key: str) -> str:
+        """The text embedded and BM25-indexed for a node, from its type's template."""
+        node = self.nodes[key]
+        ntype = self.node_types.get(node.label) or NodeType(label=node.label)
+        parts = [_sentence(f"{node.label}: {node.name}")]
+        for fname in ntype.text_fields:
+            if fname == ntype.name_field:
+                continue
+            value = node.props.get(fname)
+            if value in (None, "", []):
+                continue
+            if isinstance(value, list):
+                value = "; ".join(str(v) for v in value)
+            parts.append(_sentence(f"{fname}: {value}"))
+        for spec in ntype.neighbor_text:
+            edges = self.out_edges(key) if spec.direction == "out" else self.in_edges(key)
+            names: list[str] = []
+            for edge in edges:
+                if edge.rel != spec.rel:
+                    continue
+                other = self.nodes.get(edge.dst if spec.direction == "out" else edge.src)
+                if other is None or (spec.other_label is not None and other.label != spec.other_label):
+                    continue
+                name = str(other.props.get(spec.field, other.key))
+                if name in names:
+                    continue
+                names.append(name)
+                if len(names) >= spec.max_items:
+                    break
+            if names:
+                parts.append(_sentence(f"{spec.title}: {', '.join(names)}"))
+        return " ".join(parts)
+
+    def schema(self, max_samples: int = 3) -> GraphSchema:
+        counts = Counter(n.label for n in self.nodes.values())
+        props: dict[str, dict[str, PropertyInfo]] = defaultdict(dict)
+        for node in self.nodes.values():
+            table = props[node.label]
+            for pname, value in node.props.items():
+                info = table.get(pname)
+                if info is None:
+                    info = table[pname] = PropertyInfo(name=pname, type=value_type_name(value))
+                if len(info.samples) < max_samples and value not in (None, "", []):
+                    info.samples.append(str(value)[:80])
+        rel_counts: Counter[tuple[str, str, str]] = Counter()
+        for edge in self.edges:
+            rel_counts[(edge.rel, self.nodes[edge.src].label, self.nodes[edge.dst].label)] += 1
+        labels = [
+            LabelInfo(
+                label=label,
+                count=counts[label],
+                description=self.node_types[label].description if label in self.node_types else "",
+                properties=[PropertyInfo(name="key", type="STRING")] + list(props[label].values()),
+            )
+            for label in sorted(counts)
+        ]
+        # the domain profile (duck-typed: the model does not import loaders) adds words for planners
+        rel_specs = getattr(self.profile, "relations", None) or {}
+        relations = [
+            RelationInfo(
+                rel=rel, src_label=s, dst_label=d, count=c,
+                description=getattr(rel_specs.get(rel), "description", "") or "",
+            )
+            for (rel, s, d), c in sorted(rel_counts.items())
+        ]
+        # round-robin over path lengths, so a cut by the prompt budget keeps every path shape
+        by_len: dict[int, list[str]] = defaultdict(list)
+        for ex in getattr(self.profile, "exemplars", None) or []:
+            by_len[len(ex.path)].append(f"{ex.question} -> {' '.join(ex.path)}")
+        examples = [
+            group[i] for i in range(max((len(g) for g in by_len.values()), default=0))
+            for _, group in sorted(by_len.items()) if i < len(group)
+        ]
+        return GraphSchema(labels=labels, relations=relations, examples=examples)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "nodes": dict(Counter(n.label for n in self.nodes.values())),
+            "edges": dict(Counter(e.rel for e in self.edges)),
+        }
