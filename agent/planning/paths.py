@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
+from graphs.skb.language import content_words, relation_words, root
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -94,8 +95,10 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def _rel_words(rel: str) -> str:
-    return " ".join(w for w in re.split(r"[_\W]+", rel.lower()) if w)
+def _roots(text: str) -> list[str]:
+    """The text's words reduced to their roots (``graphs.skb.language.root``): relation and label words
+    are compared by root, so *directed*, *directing* and *director* all name a ``directed_by``."""
+    return [root(w) for w in _WORD.findall(text.lower())]
 
 
 def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
@@ -126,7 +129,7 @@ def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
         if spec is not None:
             template = spec.forward if hop.direction == "out" else spec.inverse
         if not template:
-            words = _rel_words(hop.rel)
+            words = " ".join(relation_words(hop.rel))
             template = f"the {words} of {{x}}" if hop.direction == "out" else f"what has {words} {{x}}"
         text = template.replace("{x}", text)
     return text
@@ -156,8 +159,8 @@ class PathPlanner:
         self._cand_sets: dict[tuple[Hop, ...], _Candidates] = {}
         self._aliases = self._alias_table()
         # words that carry no relation or entity: generic function words and the label words
-        self._label_words = {w.lower() for spec in self.profile.labels.values() for w in spec.words}
-        self._filler = set(FRAME_WORDS) | self._label_words
+        self._label_words = {root(w) for spec in self.profile.labels.values() for w in spec.words}
+        self._filler = {root(w) for w in FRAME_WORDS} | self._label_words
         self._filler -= {w for plist in self._aliases.values() for p in plist for w in p} | _PIVOT_WORDS
         ex_paths: list[RelPath] = []
         ex_texts: list[str] = []
@@ -220,8 +223,8 @@ class PathPlanner:
             spec = self.profile.relations.get(rel)
             phrases = list(spec.aliases) if spec is not None else []
             if not phrases:
-                phrases = [w for w in _rel_words(rel).split() if len(w) > 2]
-            table[rel] = [tuple(_words(p)) for p in phrases if _words(p)]
+                phrases = content_words(relation_words(rel))
+            table[rel] = list(dict.fromkeys(tuple(_roots(p)) for p in phrases if _words(p)))
         return table
 
     def mentioned_relations(self, text: str) -> set[str]:
@@ -230,7 +233,7 @@ class PathPlanner:
     def relation_mentions(self, text: str) -> tuple[Counter[str], int]:
         """How often each relation is named (alias occurrences, longest phrase first, no overlaps)
         and how many pivot words ("share", "same", "also", "co-") the text has."""
-        words = _words(text)
+        words = _roots(text)
         used = [False] * len(words)
         spans: dict[str, list[tuple[int, int]]] = {}
         phrases = sorted(
@@ -254,7 +257,7 @@ class PathPlanner:
                 if not all(w in self._filler for w in words[prev_end:start]):
                     merged += 1
             counts[rel] = merged
-        pivots = sum(1 for w in words if w in _PIVOT_WORDS)
+        pivots = sum(1 for w in _words(text) if w in _PIVOT_WORDS)
         return counts, pivots
 
     def anchor_relation(self, masked: str, firsts: set[str]) -> str | None:
@@ -264,7 +267,7 @@ class PathPlanner:
         writer-director), the relation word attached to the topic is the first hop; words on its
         left ("written by X", "the director of X") attach more often than words on its right.
         """
-        words = _words(masked)
+        words = _roots(masked)
         try:
             at = words.index("x")
         except ValueError:
@@ -292,10 +295,10 @@ class PathPlanner:
     def asked_labels(self, text: str) -> dict[str, float]:
         """Labels the question asks for, from the profile's label words: 1.0 right after an
         interrogative ("which genres", "who", "when"), 0.5 elsewhere in the question."""
-        words = _words(text)
+        words = _roots(text)
         out: dict[str, float] = {}
         for label, spec in self.profile.labels.items():
-            vocab = {w.lower() for w in spec.words}
+            vocab = {root(w) for w in spec.words}
             for i, w in enumerate(words):
                 if w not in vocab:
                     continue

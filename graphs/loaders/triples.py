@@ -2,8 +2,8 @@
 
 Why a profile: a triples file has names and relation names only. Node labels come from the
 profile's relation signatures (``directed_by = "Movie -> Person"``: every head of
-``directed_by`` is a Movie, every tail a Person); without a profile every node gets the
-profile's ``default_label``.
+``directed_by`` is a Movie, every tail a Person); what the profile leaves out, or all of it when there
+is none, is induced from the triples (``graphs.skb.induce``).
 
 Node key = the entity name, exactly as written (case and accents kept), so benchmark answer
 lists of names match node keys.
@@ -23,6 +23,7 @@ import gzip
 from pathlib import Path
 
 from graphs.errors import LoaderError
+from graphs.skb.induce import merge
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.skb.profile import Profile, load_profile
 
@@ -89,16 +90,11 @@ def read_triples(path: Path) -> list[tuple[str, str, str]]:
 
 def load_triples(path: Path, profile: Profile | Path | None = None) -> SKB:
     """Load a triples file into an SKB typed by ``profile`` (a Profile, a profile file, or None)."""
-    prof = load_profile(profile) if isinstance(profile, Path | str) else (profile or Profile())
+    given = load_profile(profile) if isinstance(profile, Path | str) else profile
     triples = read_triples(Path(path))
     src = str(path)
-    if prof.relations:
-        unknown = sorted({r for _, r, _ in triples} - set(prof.relations))
-        if unknown:
-            raise LoaderError(
-                src, f"relations {unknown[:10]} are not in the profile {prof.name!r}",
-                fix='add [relations.<name>] with signature = "HeadLabel -> TailLabel" to the profile',
-            )
+    # what the profile leaves unwritten (types, relation words, planner settings) is read from the data
+    prof = merge(given, triples)
     roles: dict[str, set[str]] = {}
     for head, rel, tail in triples:
         spec = prof.relations.get(rel)

@@ -186,6 +186,9 @@ class Profile(_Strict):
     linking: LinkingSpec = Field(default_factory=LinkingSpec)
     scoring: ScoringSpec = Field(default_factory=ScoringSpec)
     planner: PlannerSpec = Field(default_factory=PlannerSpec)
+    induced: list[str] = Field(default_factory=list)
+    """Fields filled from the data rather than written by the user (``graphs.skb.induce``), as dotted
+    paths (``relations.directed_by``, ``labels.Year.words``, ``planner.relation_paths``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
