@@ -66,11 +66,13 @@ def test_tsv_gzip_comments_and_duplicates(tmp_path: Path) -> None:
     assert skb.nodes["Ana|Bo"].label == "Chef"
 
 
-def test_without_a_profile_every_node_gets_the_default_label(tmp_path: Path) -> None:
+def test_without_a_profile_types_are_induced_from_the_relations(tmp_path: Path) -> None:
     path = tmp_path / "kb.txt"
     path.write_text("a|knows|b\n")
     skb = load_triples(path)
-    assert {n.label for n in skb.nodes.values()} == {"Entity"}
+    # the head type has no name in the data ("Entity"); the tail is named by the relation word
+    assert skb.nodes["a"].label == "Entity" and skb.nodes["b"].label == "Knows"
+    assert "relations.knows" in skb.profile.induced
 
 
 def test_bad_triple_line_names_the_line(tmp_path: Path) -> None:
@@ -80,13 +82,15 @@ def test_bad_triple_line_names_the_line(tmp_path: Path) -> None:
         read_triples(path)
 
 
-def test_relation_missing_from_the_profile_is_refused(tmp_path: Path) -> None:
+def test_relation_missing_from_the_profile_is_induced(tmp_path: Path) -> None:
     path = tmp_path / "kb.txt"
-    path.write_text("Pad Thai|cooked_in|Wok\n")
+    path.write_text("Pad Thai|cooked_in|Wok\nPad Thai|uses_ingredient|Rice noodles\n")
     profile = tmp_path / "kitchen.toml"
     profile.write_text(TOY_PROFILE)
-    with pytest.raises(LoaderError, match=r"cooked_in.*not in the profile"):
-        load_triples(path, profile)
+    skb = load_triples(path, profile)
+    assert "relations.cooked_in" in skb.profile.induced and "relations.uses_ingredient" not in skb.profile.induced
+    assert skb.profile.relations["cooked_in"].aliases == ["cooked"]
+    assert skb.nodes["Rice noodles"].label == "Ingredient"  # the written signature still types its nodes
 
 
 @pytest.mark.parametrize(
@@ -186,7 +190,7 @@ def test_load_dataset_wires_triples_with_a_profile_file_and_refuses_it_elsewhere
     kb.write_text("Pad Thai|uses_ingredient|Rice noodles\n")
     skb = load_dataset("triples", kb, profile)
     assert skb.name == "kitchen" and skb.nodes["Rice noodles"].label == "Ingredient"
-    with pytest.raises(LoaderError, match="--profile applies to the triples dataset"):
-        load_dataset("jsonl", tmp_path, profile)
+    with pytest.raises(LoaderError, match="--profile applies to the triples and jsonl datasets"):
+        load_dataset("docs", tmp_path, profile)
     with pytest.raises(LoaderError, match="needs a path"):
         load_dataset("triples", None)

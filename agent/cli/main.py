@@ -169,9 +169,11 @@ def ask_command(
 # -- commands registered by other packages ------------------------------------------------------
 from agent.cli.graph_stats import graph_app as _graph_app
 from agent.cli.index import register as _register_graphs
+from agent.cli.profile import profile_app as _profile_app
 
 _register_graphs(app)
 app.add_typer(_graph_app, name="graph")
+app.add_typer(_profile_app, name="profile")
 
 #: Entry-point group through which packages above the agent (``evals``) add ``skb`` subcommands:
 #: the CLI lives in ``agent`` but must not import the layers built on it.

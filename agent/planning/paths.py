@@ -160,6 +160,9 @@ class PathPlanner:
         self._aliases = self._alias_table()
         # words that carry no relation or entity: generic function words and the label words
         self._label_words = {root(w) for spec in self.profile.labels.values() for w in spec.words}
+        # label words read from relation names name the relation as often as the answer: they count
+        # only right after a question word ("which actors"), not anywhere in the question
+        self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
         self._filler = {root(w) for w in FRAME_WORDS} | self._label_words
         self._filler -= {w for plist in self._aliases.values() for p in plist for w in p} | _PIVOT_WORDS
         ex_paths: list[RelPath] = []
@@ -303,6 +306,8 @@ class PathPlanner:
                 if w not in vocab:
                     continue
                 near = w in _INTERROGATIVES or any(x in _INTERROGATIVES for x in words[max(0, i - 2) : i])
+                if not near and label in self._weak_labels:
+                    continue
                 out[label] = max(out.get(label, 0.0), 1.0 if near else 0.5)
         return out
 
@@ -370,8 +375,11 @@ class PathPlanner:
         answer = np.array([asked.get(lab, 0.0) for lab in cands.end_labels])
         order = (np.array(cands.first_rels) == anchor).astype(np.float64) if anchor else np.zeros(len(cands.paths))
         length = -0.01 * cands.length
+        pivot = (cands.pairs > 0).astype(np.float64) if pivots else np.zeros(len(cands.paths))
+        unnamed = np.maximum(cands.length - 1.0, 0.0) if not mentions else np.zeros(len(cands.paths))
         total = (
             weights.words_weight * words + weights.answer_weight * answer + weights.order_weight * order + length
+            + weights.pivot_weight * pivot - weights.unnamed_hop_penalty * unnamed
         )
         ranked = np.argsort(-total, kind="stable")
         clear = len(cands.paths) == 1 or total[ranked[0]] - total[ranked[1]] >= weights.embed_margin

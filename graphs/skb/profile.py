@@ -164,6 +164,13 @@ class PlannerSpec(_Strict):
     extra_relation_penalty: float = Field(default=0.5, ge=0.0)
     answer_weight: float = Field(default=0.5, ge=0.0)
     order_weight: float = Field(default=0.3, ge=0.0)
+    unnamed_hop_penalty: float = Field(default=0.0, ge=0.0)
+    """Cost per hop beyond the first when the question names no relation at all: such a question is
+    read as one hop, not as a detour the meaning score happened to prefer (induced profiles turn it on)."""
+    pivot_weight: float = Field(default=0.0, ge=0.0)
+    """Bonus of a there-and-back pair of hops (">r <r") when the question has a pivot word ("share",
+    "same", "also", "co-"): with no label words to say the answer comes back to the topic's type, the
+    pivot word is the only evidence for the return hop (induced profiles turn it on)."""
     embed_margin: float = Field(default=0.5, ge=0.0)
     """Wording-score lead over the runner-up above which the question is not embedded."""
     paths_walked: int = Field(default=2, ge=1, le=5)

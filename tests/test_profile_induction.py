@@ -1,0 +1,168 @@
+"""Profile induction (graphs.skb.induce): toy graphs of books whose relations are named in three styles,
+with the types and phrases expected written by hand; path choice with no profile; a no-profile
+`skb index` + `skb ask`; a hand-written field winning over an induced one. No movie data anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.planning.paths import PathPlanner
+from graphs.loaders.triples import load_triples
+from graphs.skb.induce import induce_types, merge, verbalise
+from graphs.skb.language import relation_words, root
+from graphs.skb.profile import Profile, parse_profile, profile_for
+
+BOOKS = ["Quiet Harbor", "Salt and Iron", "The Glass Orchard", "Winter Ledger", "North of Ash", "Paper Moons",
+         "Lantern Street", "The Copper Field", "Hollow Bells", "Sea of Reeds", "Grey Meridian", "Tin Crown"]
+AUTHORS = ["Ines Varga", "Tomas Reed", "Lena Ortiz", "Omar Fell", "Ruth Calder", "Piet Amsel"]
+ILLUSTRATORS = ["Tomas Reed", "Lena Ortiz", "Omar Fell", "Ruth Calder", "Piet Amsel", "Mara Quist"]
+SUBJECTS = ["sailing", "mining", "orchards", "accounting", "forests", "astronomy"]
+YEARS = ["1961", "1974", "1988", "1990", "2003", "2011", "1952", "1969", "1977", "1995", "2006", "2019"]
+
+
+def _triples(written: str, illustrated: str, year: str, subject: str) -> list[tuple[str, str, str]]:
+    out = []
+    for i, book in enumerate(BOOKS):
+        out.append((book, written, AUTHORS[i % 6]))
+        out.append((book, illustrated, ILLUSTRATORS[(i + 1) % 6]))
+        out.append((book, year, YEARS[i]))
+        out.append((book, subject, SUBJECTS[i % 6]))
+    return out
+
+
+STYLES = {
+    "snake_case": _triples("written_by", "illustrated_by", "publication_year", "has_subject"),
+    "dotted": _triples("book.book.written_by", "book.book.illustrated_by", "book.book.publication_year",
+                       "book.book.subject"),
+    "camel_and_spaces": _triples("hasAuthor", "illustrator", "publication year", "main subject"),
+}
+
+
+def _write(tmp_path: Path, triples: list[tuple[str, str, str]]) -> Path:
+    path = tmp_path / "kb.txt"
+    path.write_text("".join(f"{h}|{r}|{t}\n" for h, r, t in triples), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        ("snake_case", {"written_by": ("Entity", "IllustratedBy"), "illustrated_by": ("Entity", "IllustratedBy"),
+                        "publication_year": ("Entity", "Year"), "has_subject": ("Entity", "Subject")}),
+        ("dotted", {"book.book.written_by": ("Book", "IllustratedBy"),
+                    "book.book.illustrated_by": ("Book", "IllustratedBy"),
+                    "book.book.publication_year": ("Book", "Year"), "book.book.subject": ("Book", "Subject")}),
+        ("camel_and_spaces", {"hasAuthor": ("Entity", "Author"), "illustrator": ("Entity", "Author"),
+                              "publication year": ("Entity", "Year"), "main subject": ("Entity", "Subject")}),
+    ],
+)
+def test_types_are_induced_from_shared_role_names(style: str, expected: dict[str, tuple[str, str]]) -> None:
+    # authors and illustrators are the same people (one type, named by its largest role, ties by name);
+    # every book heads every relation (one type)
+    sigs, precedence, literal = induce_types(STYLES[style])
+    assert sigs == expected
+    assert literal == ["Year"]  # numbers only
+    assert precedence[0] == expected[next(iter(expected))][0]  # the type that heads relations comes first
+
+
+@pytest.mark.parametrize(
+    ("rel", "words", "aliases", "forward", "inverse"),
+    [
+        ("written_by", ["written", "by"], ["written"], "what {x} is written by", "what is written by {x}"),
+        ("book.book.written_by", ["written", "by"], ["written"], "what {x} is written by", "what is written by {x}"),
+        ("hasAuthor", ["has", "author"], ["author"], "the author of {x}", "what has author {x}"),
+        ("publication year", ["publication", "year"], ["publication", "year"], "the publication year of {x}",
+         "what has publication year {x}"),
+        ("IN_LANGUAGE", ["in", "language"], ["language"], "the language of {x}", "what is in language {x}"),
+    ],
+)
+def test_relation_names_in_any_style_become_words_and_phrases(
+    rel: str, words: list[str], aliases: list[str], forward: str, inverse: str
+) -> None:
+    assert relation_words(rel) == words
+    spec = verbalise(rel)
+    assert (spec.aliases, spec.forward, spec.inverse) == (aliases, forward, inverse)
+
+
+def test_word_roots_join_inflections_and_agent_nouns() -> None:
+    assert {root(w) for w in ("wrote", "written", "writes", "writer", "writing")} == {"write"}
+    assert {root(w) for w in ("illustrated", "illustrator", "illustrates")} == {"illustrate"}
+    assert root("subjects") == "subject" and root("authors") != root("subjects")
+
+
+def test_a_written_field_wins_over_the_induced_one(tmp_path: Path) -> None:
+    given = parse_profile({
+        "relations": {"written_by": {"signature": "Book -> Person", "aliases": ["penned"]}},
+        "planner": {"max_hops": 2},
+    })
+    skb = load_triples(_write(tmp_path, STYLES["snake_case"]), given)
+    prof = profile_for(skb)
+    written = prof.relations["written_by"]
+    assert written.signature == "Book -> Person" and written.aliases == ["penned"]  # given, kept
+    assert written.forward == "what {x} is written by"  # not given: induced
+    # the user's type names replace the induced ones everywhere
+    assert prof.relations["illustrated_by"].signature == "Book -> Person"
+    assert skb.nodes["Quiet Harbor"].label == "Book" and skb.nodes["Ines Varga"].label == "Person"
+    assert prof.planner.max_hops == 2 and prof.planner.relation_paths is True
+    assert "relations.written_by.aliases" not in prof.induced and "relations.written_by.forward" in prof.induced
+    assert "planner.max_hops" not in prof.induced and "planner.relation_paths" in prof.induced
+
+
+def test_no_profile_means_every_field_is_induced_and_recorded(tmp_path: Path) -> None:
+    prof = merge(None, STYLES["dotted"])
+    assert set(prof.relations) == {r for _, r, _ in STYLES["dotted"]}
+    assert "relations.book.book.written_by" in prof.induced and "labels.Book.words" in prof.induced
+    assert prof.labels["Book"].words == ["book", "books"]
+    assert Profile.model_validate(prof.model_dump()).relations == prof.relations  # stored and read back alike
+
+
+@pytest.fixture(scope="module")
+def embedder() -> object:
+    from graphs.embedding.embedder import get_embedder
+
+    return get_embedder("minilm")
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+def test_paths_are_chosen_without_a_profile(style: str, embedder: object, tmp_path: Path) -> None:
+    skb = load_triples(_write(tmp_path, STYLES[style]), None)
+    planner = PathPlanner(skb, embedder)
+    rel = {r.split(".")[-1]: r for r in {r for _, r, _ in STYLES[style]}}
+    writer = rel.get("written_by") or rel["hasAuthor"]
+    noun = "writer" if "written_by" in rel else "author"  # the relation's own word, in another form
+
+    def best(question: str) -> list[str]:
+        return [h.spec() for h in planner.predict(question, "Quiet Harbor", "Quiet Harbor", top=1)[0].path]
+
+    assert best("who wrote [Quiet Harbor]") == [f">{writer}"]
+    assert best(f"which books share a {noun} with [Quiet Harbor]") == [f">{writer}", f"<{writer}"]
+    year = rel.get("publication_year") or rel.get("publication year")
+    assert best("in which year was [Quiet Harbor] published") == [f">{year}"]
+
+
+def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
+    kb = _write(tmp_path, STYLES["camel_and_spaces"])
+    index_dir = tmp_path / "index"
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "--dataset", "triples", "--data", str(kb), "--index-dir", str(index_dir),
+                                "--quiet"])
+    assert built.exit_code == 0, built.output
+    asked = runner.invoke(app, ["ask", "who is the author of [Salt and Iron]", "--index-dir", str(index_dir),
+                                "--json", "--no-trace", "--k", "3", "--k-prime", "0"])
+    assert asked.exit_code == 0, asked.output
+    result = json.loads(asked.stdout)
+    assert result["context"][0]["key"] == "Tomas Reed"
+    shown = runner.invoke(app, ["profile", "show", "--index-dir", str(index_dir)])
+    assert shown.exit_code == 0 and '[relations.hasAuthor]' in shown.stdout and "# induced" in shown.stdout
+    out = tmp_path / "induced.toml"
+    written = runner.invoke(app, ["profile", "induce", "--dataset", "triples", "--data", str(kb), "-o", str(out)])
+    assert written.exit_code == 0, written.output
+    from graphs.skb.profile import load_profile
+
+    again = load_profile(out)  # the written profile is a valid profile a user can edit and pass back
+    assert again.relations["hasAuthor"].signature == "Entity -> Author"
