@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
-from graphs.skb.language import content_words, relation_words, root
+from graphs.skb.language import content_words, relation_words, root, singular
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -50,6 +50,10 @@ _WORD = re.compile(r"[a-z0-9]+")
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
 _INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
+#: A question word names a relation by meaning when its embedding is this close to the relation's words ...
+MEANING_MIN_SIMILARITY = 0.40
+#: ... and closer by this much than to any other relation's words (single words embed noisily).
+MEANING_MARGIN = 0.09
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,19 @@ class PathPlanner:
         self._paths_from: dict[tuple[str, str], list[RelPath]] = {}
         self._cand_sets: dict[tuple[Hop, ...], _Candidates] = {}
         self._aliases = self._alias_table()
+        # relations whose words were read from their names (no aliases written): question words no alias
+        # covers may still name them by meaning ("types" for a genre relation), see ``meaning_mentions``
+        self._named_only = sorted(
+            rel for rel in self.sigs
+            if rel not in self.profile.relations or f"relations.{rel}" in self.profile.induced
+            or f"relations.{rel}.aliases" in self.profile.induced
+        )
+        self._named_set = set(self._named_only)
+        self._word_vecs: dict[str, np.ndarray] = {}
+        self._rel_vecs: np.ndarray | None = None
         # words that carry no relation or entity: generic function words and the label words
         self._label_words = {root(w) for spec in self.profile.labels.values() for w in spec.words}
+        self._label_nouns = {singular(w) for spec in self.profile.labels.values() for w in spec.words}
         # label words read from relation names name the relation as often as the answer: they count
         # only right after a question word ("which actors"), not anywhere in the question
         self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
@@ -254,14 +269,51 @@ class PathPlanner:
         counts: Counter[str] = Counter()
         for rel, found in spans.items():
             found.sort()
-            # "starred which actors", "the director that directed": one mention said twice
+            # "starred which actors", "the director that directed": one mention said twice. Words read
+            # from a relation's name are one mention only side by side or across a question word or
+            # relative pronoun: "movies directed by the director of X" names the relation twice.
+            joins = _INTERROGATIVES | {"that"} if rel in self._named_set else self._filler
             merged = 1
             for (_, prev_end), (start, _) in itertools.pairwise(found):
-                if not all(w in self._filler for w in words[prev_end:start]):
+                if not all(w in joins for w in words[prev_end:start]):
                     merged += 1
             counts[rel] = merged
         pivots = sum(1 for w in _words(text) if w in _PIVOT_WORDS)
         return counts, pivots
+
+    def meaning_mentions(self, text: str, found: Counter[str]) -> Counter[str]:
+        """Relations named by meaning: a content word of the question that no alias, label word or frame
+        word covers, whose embedding is closest to one relation's own words (at least
+        ``MEANING_MIN_SIMILARITY``, ahead of the next relation by ``MEANING_MARGIN``), counts as a
+        mention of it. Only relations whose words were read from their names take part: a written alias
+        list is the user's word on what names a relation."""
+        alias_roots = {w for plist in self._aliases.values() for p in plist for w in p}
+        leftover = [
+            w for w in dict.fromkeys(_words(text))
+            if len(w) > 2 and not w.isdigit() and root(w) not in alias_roots and root(w) not in self._filler
+            and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns
+        ]
+        out: Counter[str] = Counter()
+        if not leftover:
+            return out
+        if self._rel_vecs is None:
+            self._rel_vecs = self._embed([
+                " ".join(content_words(relation_words(r)) or relation_words(r)) for r in self._named_only
+            ])
+        missing = [w for w in leftover if w not in self._word_vecs]
+        if missing:
+            for w, v in zip(missing, self._embed(missing)):
+                self._word_vecs[w] = v
+        sims = np.stack([self._word_vecs[w] for w in leftover]) @ self._rel_vecs.T
+        for row in sims:
+            order = np.argsort(-row)
+            best = float(row[order[0]])
+            second = float(row[order[1]]) if len(order) > 1 else 0.0
+            rel = self._named_only[int(order[0])]
+            # a relation the question already names by a word is not named again ("release dates")
+            if best >= MEANING_MIN_SIMILARITY and best - second >= MEANING_MARGIN and not found.get(rel):
+                out[rel] += 1
+        return out
 
     def anchor_relation(self, masked: str, firsts: set[str]) -> str | None:
         """The relation named closest to the topic (``X``), among those a first hop can take.
@@ -298,10 +350,12 @@ class PathPlanner:
     def asked_labels(self, text: str) -> dict[str, float]:
         """Labels the question asks for, from the profile's label words: 1.0 right after an
         interrogative ("which genres", "who", "when"), 0.5 elsewhere in the question."""
-        words = _roots(text)
+        # label words are nouns: compared by their singular, not by root ("director" asks for a person,
+        # "direct" names the relation)
+        words = [singular(w) for w in _words(text)]
         out: dict[str, float] = {}
         for label, spec in self.profile.labels.items():
-            vocab = {root(w) for w in spec.words}
+            vocab = {singular(w) for w in spec.words}
             for i, w in enumerate(words):
                 if w not in vocab:
                     continue
@@ -358,6 +412,8 @@ class PathPlanner:
         masked = mask_mention(question, mention)
         plain = masked.replace("X", " ")
         mentions, pivots = self.relation_mentions(plain)
+        if self._named_only and not wording_only:
+            mentions.update(self.meaning_mentions(plain, mentions))
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
         # Each hop needs its own mention of its relation, except the second hop of a there-and-back

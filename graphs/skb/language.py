@@ -79,21 +79,36 @@ def root(word: str) -> str:
     if len(w) <= 2 or not w.isalpha():
         return w
     lemmas = getAllLemmas(w)
-    noun = (lemmas.get("NOUN") or (w,))[0]
-    for suffix in ("or", "er"):
-        if noun.endswith(suffix) and len(noun) > len(suffix) + 2:
-            stem = noun[: -len(suffix)]
-            for verb in (stem, stem + "e"):
-                if "VERB" in getAllLemmas(verb) and getAllLemmas(verb)["VERB"][0] == verb:
-                    return verb
+    noun = str((lemmas.get("NOUN") or (w,))[0])
+    verb = _agent_verb(noun)
+    if verb is not None:
+        return verb
     if "VERB" in lemmas:
         return str(lemmas["VERB"][0])
+    # a compound agent noun names its head's verb (*screenwriter* -> writer -> write)
+    for cut in range(3, len(noun) - 4):
+        verb = _agent_verb(noun[cut:])
+        if verb is not None:
+            return verb
     if "NOUN" in lemmas:
         return str(noun)
     for tag in ("ADJ", "ADV", "AUX"):
         if tag in lemmas:
             return str(lemmas[tag][0])
     return w
+
+
+def _agent_verb(noun: str) -> str | None:
+    """The verb an agent noun is made from (*director* -> direct, *writer* -> write), else None."""
+    from lemminflect import getAllLemmas
+
+    for suffix in ("or", "er"):
+        stem = noun[: -len(suffix)]
+        if noun.endswith(suffix) and len(stem) > 2:
+            for verb in (stem, stem + "e"):
+                if getAllLemmas(verb).get("VERB", ("",))[0] == verb:
+                    return verb
+    return None
 
 
 def singular(word: str) -> str:
