@@ -755,6 +755,7 @@ class AgentGraph:
             context=items,
             target_type=state.get("target_type"),
             relation_paths=[[_path_text([s]) for s in p] for p in state.get("relation_paths") or []],
+            path_scores=_path_scores(state.get("scratchpad") or []),
             steps=step,
             used_explicit_relations=bool(state.get("used_explicit_relations")),
             fallback_used=bool(state.get("fallback_used")),
@@ -888,6 +889,15 @@ def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessag
     if text == message.content and artifact is result:
         return message
     return message.model_copy(update={"content": clean_text(text), "artifact": result})
+
+
+def _path_scores(messages: Sequence[Any]) -> dict[str, Any] | None:
+    """The path planner's scored candidates, carried by the planner message that walked them (the last)."""
+    for message in reversed(messages):
+        found = getattr(message, "additional_kwargs", {}).get("path_scores")
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 def _shortfall_notes(cfg: AgentConfig, state: AgentState) -> list[str]:

@@ -48,6 +48,12 @@ class AgentResult(_JsonModel):
     context: list[ContextItem] = Field(default_factory=list)
     target_type: str | None = None
     relation_paths: list[list[str]] = Field(default_factory=list)
+    path_scores: dict[str, Any] | None = Field(
+        default=None,
+        description="relation paths the path planner scored from the topic entity: topic, walked (how many of "
+        "the best were walked), candidates (path as >rel/<rel steps, score, and its parts: words, meaning "
+        "(render), answer type, order, pivot...)",
+    )
     steps: int = 0
     used_explicit_relations: bool = False
     fallback_used: bool = False

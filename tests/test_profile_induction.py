@@ -157,6 +157,10 @@ def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
     assert asked.exit_code == 0, asked.output
     result = json.loads(asked.stdout)
     assert result["context"][0]["key"] == "Tomas Reed"
+    # why: the scored candidate paths come with the answer, the walked one first, with its score's parts
+    explained = result["path_scores"]
+    assert explained["topic"] == "Salt and Iron" and explained["candidates"][0]["path"] == [">hasAuthor"]
+    assert {"words", "render"} <= set(explained["candidates"][0]["parts"])
     shown = runner.invoke(app, ["profile", "show", "--index-dir", str(index_dir)])
     assert shown.exit_code == 0 and '[relations.hasAuthor]' in shown.stdout and "# induced" in shown.stdout
     out = tmp_path / "induced.toml"

@@ -14,6 +14,9 @@ from agent.planning.paths import Hop, RelPath, planner_for, walk_query
 from agent.planning.topics import choose_topic_for_paths
 from graphs.skb.model import SKB
 
+#: Scored candidate paths reported per question (the best ``paths_walked`` of them are walked).
+EXPLAINED_PATHS = 5
+
 #: Tool-call id prefix of path walks, so the finishing round can find their results (the planner is stateless).
 WALK_ID = "offline_path_"
 
@@ -77,15 +80,27 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
         key = str(topic["key"])
         label = bundle.skb.nodes[key].label
         walks: list[RelPath]
+        explained: dict[str, Any] | None = None
         if plan.get("walk_plan_paths"):
             # plan-once: walk the model's paths (validated against the schema) that start at the topic
             walks = plan_paths_from(bundle.skb, label, plan.get("relation_paths") or [])
             if not walks:
                 return None
         else:
+            walked = planner.profile.planner.paths_walked
             scored = planner.predict(question, key, str(topic.get("mention") or "") or None,
-                                     top=planner.profile.planner.paths_walked)
-            walks = [sp.path for sp in scored]
+                                     top=max(EXPLAINED_PATHS, walked))
+            walks = [sp.path for sp in scored[:walked]]
+            # why a path won: the scored candidates travel with the message (trace, AgentResult.path_scores)
+            explained = {
+                "topic": key,
+                "walked": walked,
+                "candidates": [
+                    {"path": [h.spec() for h in sp.path], "score": sp.score,
+                     "parts": {k: round(v, 4) for k, v in sp.parts.items()}}
+                    for sp in scored
+                ],
+            }
         if not walks:
             return None
         calls = [
@@ -97,7 +112,8 @@ def path_walk_message(bundle: Any, plan: Mapping[str, Any], messages: Sequence[A
             }
             for i, path in enumerate(walks)
         ]
-        return AIMessage(content="", tool_calls=calls)
+        return AIMessage(content="", tool_calls=calls,
+                         additional_kwargs={"path_scores": explained} if explained is not None else {})
     results: dict[int, list[list[Any]]] = {}
     for m in messages[start:]:
         if isinstance(m, ToolMessage) and str(m.tool_call_id).startswith(WALK_ID):
