@@ -49,6 +49,7 @@ from agent.planning.llm import (
     visible_args,
 )
 from agent.planning.targets import predict_target_type, relation_paths
+from agent.planning.walks import ranked_walks
 from agent.results import AgentResult, ContextItem, Provenance, StageUsage
 from agent.stages.refine import Next, constrain, next_stage, rerank_seeds
 from agent.state import AgentInput, AgentOutput, AgentState, Candidate, SeedItem
@@ -333,7 +334,9 @@ class AgentGraph:
         if cfg.planner == "openai":
             budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
             try:
-                outcome = llm_plan(self.model(cfg), question, schema, linked, cfg, usage, budget, once=once)
+                preferred = ranked_walks(self.bundle, question, linked)  # the best walks, when too many to list
+                outcome = llm_plan(self.model(cfg), question, schema, linked, cfg, usage, budget, once=once,
+                                   preferred=preferred)
                 target, paths, report = outcome.target_type, outcome.relation_paths, outcome.report
                 sources, search_text = outcome.sources, outcome.search_text
                 planned = True

@@ -170,3 +170,38 @@ def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
 
     again = load_profile(out)  # the written profile is a valid profile a user can edit and pass back
     assert again.relations["hasAuthor"].signature == "Entity -> Author"
+
+
+def test_llm_plan_offers_the_ranked_walks_when_there_are_too_many(
+    embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from agent.planning import llm
+    from agent.planning.llm import PlanOnceSpec, path_choices, plan_parameters, validate_plan
+    from agent.planning.walks import ranked_walks
+
+    monkeypatch.setattr(llm, "MAX_PATH_CHOICES", 8)  # this toy has 14 walks; a large graph has dozens
+
+    places = ["Lisbon", "Oslo", "Quito", "Hanoi"]
+    extra = [(book, "set_in", places[i % 4]) for i, book in enumerate(BOOKS)]
+    extra += [(book, "translated_into", ["Basque", "Welsh", "Tamil"][i % 3]) for i, book in enumerate(BOOKS)]
+    triples = STYLES["snake_case"] + extra
+    skb = load_triples(_write(tmp_path, triples), parse_profile({"planner": {"max_hops": 3}}))
+    schema = skb.schema()
+    linked = [{"key": "Quiet Harbor", "label": skb.nodes["Quiet Harbor"].label, "mention": "Quiet Harbor",
+               "method": "exact", "score": 1.0}]
+    assert path_choices(schema, linked, 3) == {}  # more walks than MAX_PATH_CHOICES: none spelled out
+    bundle = SimpleNamespace(skb=skb, embedder=embedder)
+    preferred = ranked_walks(bundle, "who wrote [Quiet Harbor]", linked, top=5)
+    assert len(preferred) == 5
+    assert preferred[0] == ("Entity", [{"rel": "written_by", "direction": "out", "to_label": "IllustratedBy"}])
+    offered = plan_parameters(PlanOnceSpec, schema, 3, linked, 3000, preferred)
+    enums = offered["properties"]["relation_paths"]["items"]["enum"]
+    assert len(enums) == 5 and enums[0] == "(Entity)-[written_by]->(IllustratedBy)"  # best first
+    assert set(offered["properties"]["target_type"]["enum"]) <= set(schema.label_names())
+    # the model's choice is read back as hops, and a walk not offered is refused with the offered ones named
+    plan = PlanOnceSpec(target_type="IllustratedBy", relation_paths=["(Entity)-[written_by]->(IllustratedBy)"],
+                        sources=["Quiet Harbor"])
+    assert validate_plan(plan, schema, 3, linked, None, preferred) == []
+    assert plan.relation_paths[0][0].rel == "written_by"  # type: ignore[union-attr]

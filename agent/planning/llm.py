@@ -400,12 +400,21 @@ def _field(step: Any, name: str) -> str:
     return str(step.get(name) if isinstance(step, Mapping) else getattr(step, name))
 
 
+#: A ranked walk offered to the planner: its start label and hops (``agent.planning.walks.ranked_walks``).
+RankedWalk = tuple[str, Sequence[Mapping[str, str]]]
+
+
+def _steps_of(hops: Sequence[Mapping[str, str]]) -> list[PlanStepSpec]:
+    return [PlanStepSpec(rel=h["rel"], direction="in" if h["direction"] == "in" else "out", to_label=h["to_label"])
+            for h in hops]
+
+
 def path_choices(
-    schema: GraphSchema, linked: Sequence[Mapping[str, Any]], max_hops: int
+    schema: GraphSchema, linked: Sequence[Mapping[str, Any]], max_hops: int, preferred: Sequence[RankedWalk] = ()
 ) -> dict[str, dict[str, list[PlanStepSpec]]]:
     """Every walk of at most ``max_hops`` hops from a linked entity's label, per label it ends at
-    (``{target: {walk text: hops}}``); empty when nothing is linked or there are more than
-    MAX_PATH_CHOICES walks.
+    (``{target: {walk text: hops}}``); when there are more than MAX_PATH_CHOICES walks, only the
+    ``preferred`` ones (the path planner's best, ranked for this question), else none.
 
     Why: a small model asked to write paths hop by hop writes the stored edge instead of the walk, or
     ends at the wrong label, and a repair rarely fixes it. Offered as enums per target label, a
@@ -422,16 +431,25 @@ def path_choices(
                 steps = [PlanStepSpec(rel=s.rel, direction=s.direction, to_label=s.to_label) for s in path]
                 out.setdefault(target, {})[walk_text(start, steps)] = steps
                 total += 1
+    if total > MAX_PATH_CHOICES and preferred:
+        ranked: dict[str, dict[str, list[PlanStepSpec]]] = {}
+        for start, hops in preferred:
+            steps = _steps_of(hops)
+            if steps and len(steps) <= max_hops:
+                ranked.setdefault(steps[-1].to_label, {})[walk_text(start, steps)] = steps
+        return ranked
     return out if 0 < total <= MAX_PATH_CHOICES else {}
 
 
 def _read_walks(
-    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]]
+    plan: PlanSpec, schema: GraphSchema, max_hops: int, linked: Sequence[Mapping[str, Any]],
+    preferred: Sequence[RankedWalk] = (),
 ) -> list[str]:
     """Paths written as walk text replaced by their hops in ``plan``; errors for text that is no walk."""
     if not any(isinstance(p, str) for p in plan.relation_paths):
         return []
-    walks = {text: steps for per in path_choices(schema, linked, max_hops).values() for text, steps in per.items()}
+    choices = path_choices(schema, linked, max_hops, preferred)
+    walks = {text: steps for per in choices.values() for text, steps in per.items()}
     compact = {"".join(t.split()): t for t in walks}
     errors: list[str] = []
     paths: list[list[PlanStepSpec] | str] = []
@@ -456,6 +474,7 @@ def validate_plan(
     max_hops: int,
     linked: Sequence[Mapping[str, Any]] = (),
     fixes: list[str] | None = None,
+    preferred: Sequence[RankedWalk] = (),
 ) -> list[str]:
     """Every way ``plan`` disagrees with the graph schema, as messages a model can act on.
 
@@ -472,7 +491,7 @@ def validate_plan(
     labels = schema.label_names()
     rels = schema.relation_names()
     label_set, rel_set = set(labels), set(rels)
-    errors: list[str] = _read_walks(plan, schema, max_hops, linked)
+    errors: list[str] = _read_walks(plan, schema, max_hops, linked, preferred)
     target = plan.target_type
     if target is not None and target not in label_set:
         errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
@@ -570,6 +589,7 @@ def plan_parameters(
     max_hops: int,
     linked: Sequence[Mapping[str, Any]],
     budget_tokens: int | None = None,
+    preferred: Sequence[RankedWalk] = (),
 ) -> dict[str, Any]:
     """The plan tool's JSON schema narrowed to this graph: labels, relationship types and linked keys as
     enums, path counts and lengths bounded. Servers that constrain tool arguments by grammar (llama.cpp,
@@ -597,8 +617,24 @@ def plan_parameters(
         props["sources"] = {**props["sources"], "items": {"type": "string", "enum": keys}, "maxItems": len(keys)}
     if "search_text" in props:
         props["search_text"] = {**props["search_text"], "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]}
-    choices = path_choices(schema, linked, max_hops)
+    choices = path_choices(schema, linked, max_hops, preferred)
     if not choices:
+        return params
+    required = sorted({*params.get("required", []), "target_type", "relation_paths"})
+    if preferred and len(choices) > 1:
+        # the path planner's ranked walks: one schema listing them (best first) and the labels they reach;
+        # validation checks that the chosen paths end at the chosen target (alternatives per label would
+        # repeat the whole schema for each and overrun the prompt budget)
+        ranked = [w for per in choices.values() for w in per]
+        order = {walk_text(start, _steps_of(hops)): i for i, (start, hops) in enumerate(preferred)}
+        ranked.sort(key=lambda text: order.get(text, len(order)))
+        one = {**props, "target_type": {"type": "string", "enum": list(choices)},
+               "relation_paths": {"type": "array", "items": {"type": "string", "enum": ranked},
+                                  "maxItems": min(MAX_PLAN_PATHS, len(ranked)),
+                                  "description": "walks from a linked entity's label, best first; each must end at target_type"}}
+        offered_one = {**params, "properties": one, "required": required}
+        if budget_tokens is None or len(json.dumps(offered_one)) / 4 <= budget_tokens * CHOICES_BUDGET_SHARE:
+            return offered_one
         return params
     # one alternative per answer label: its walks only, so the paths cannot end anywhere else
     alternatives = []
@@ -612,7 +648,7 @@ def plan_parameters(
         alternatives.append({
             **params,
             "properties": {**props, "target_type": {"const": label}, "relation_paths": paths_prop},
-            "required": sorted({*params.get("required", []), "target_type", "relation_paths"}),
+            "required": required,
         })
     offered = {"anyOf": alternatives}
     if budget_tokens is not None and len(json.dumps(offered)) / 4 > budget_tokens * CHOICES_BUDGET_SHARE:
@@ -693,6 +729,7 @@ def llm_plan(
     budget: Budget | None = None,
     *,
     once: bool = False,
+    preferred: Sequence[RankedWalk] = (),
 ) -> PlanOutcome:
     """Ask the model for the plan through structured output, validate it against the graph schema,
     repair up to ``plan_repairs`` times (quoting the errors, with a compact schema), and return it.
@@ -702,7 +739,7 @@ def llm_plan(
     """
     budget = budget or Budget()
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
-    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens)
+    parameters = plan_parameters(spec, schema, config.max_hops, linked, config.plan_prompt_tokens, preferred)
     messages = _plan_messages(question, schema, linked, config, once, parameters)
     bound = bind_structured(model, spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, config.structured_output, parameters)
 
@@ -727,7 +764,7 @@ def llm_plan(
 
     def validate(plan: PlanSpec) -> list[str]:
         slips.clear()  # only the accepted attempt's corrections are reported
-        return validate_plan(plan, schema, config.max_hops, linked, slips)
+        return validate_plan(plan, schema, config.max_hops, linked, slips, preferred)
 
     slips: list[str] = []  # slips corrected in the accepted plan (directions flipped, bad paths dropped)
     outcome = structured_call(

@@ -161,3 +161,27 @@ def _plan_start(messages: Sequence[Any]) -> int:
         if isinstance(message, HumanMessage) and "<plan>" in str(message.content):
             start = i + 1
     return start
+
+
+#: Walks the LLM planner is offered when a graph has more than its prompt can spell out.
+RANKED_WALKS = 10
+
+
+def ranked_walks(bundle: Any, question: str, linked: Sequence[Mapping[str, Any]],
+                 top: int = RANKED_WALKS) -> list[tuple[str, list[dict[str, str]]]]:
+    """The path planner's best walks from the question's topic entity, best first, as ``(start label,
+    hops)``; empty when relation-path planning is off or no topic is linked.
+
+    Why: a graph with more walks than fit a plan prompt (dozens from one entity) used to get the hop-by-hop
+    form, which a small model fails; ranked by the same scorer the offline planner walks with, the best
+    few become the choices, so the model chooses among existing walks instead of writing hops."""
+    planner = planner_for(bundle)
+    if planner is None or not linked:
+        return []
+    topic = choose_topic_for_paths(question, [e for e in linked if isinstance(e, Mapping)], planner)
+    key = str(topic.get("key")) if topic is not None else ""
+    if key not in bundle.skb.nodes:
+        return []
+    label = bundle.skb.nodes[key].label
+    scored = planner.predict(question, key, str(topic.get("mention") or "") or None if topic else None, top=top)
+    return [(label, sp.as_steps()) for sp in scored]
