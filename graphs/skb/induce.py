@@ -76,7 +76,7 @@ def _role_name(rel: str, side: str) -> str | None:
     content = content_words(words)
     if not content:
         return None
-    if words[-1] in _PREPOSITIONS and words[-1] != "in" or words[-1] == content[-1] and _is_participle(content[-1]):
+    if words[-1] in _PREPOSITIONS or (words[-1] == content[-1] and _is_participle(content[-1])):
         return _camel(words)
     return _camel([singular(content[-1])])
 
