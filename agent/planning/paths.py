@@ -53,9 +53,9 @@ _INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "w
 #: Commonest end nodes shown with a name-read relation's rendering (its values say what it means).
 EXAMPLE_VALUES = 3
 #: A question word names a relation by meaning when its embedding is this close to the relation's words ...
-MEANING_MIN_SIMILARITY = 0.40
+MEANING_MIN_SIMILARITY = 0.30
 #: ... and closer by this much than to any other relation's words (single words embed noisily).
-MEANING_MARGIN = 0.09
+MEANING_MARGIN = 0.10
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ def _role_name(rel: str, side: str) -> str | None:
         segments = name_segments(rel)
         return _camel(split_name(segments[-2])) if len(segments) >= 2 else None
     words = relation_words(rel)
+    if "of" in words[1:]:  # "original language of film": the head noun comes before "of"
+        words = words[: words.index("of", 1)]
     content = content_words(words)
     if not content:
         return None
