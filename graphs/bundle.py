@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ FusionMethod = Literal["minmax", "rrf", "dice"]
 #: most edges read per such node (hubs have thousands; stored order, the rest ignored).
 DICE_SEED_NODES = 10
 DICE_TRIPLES_PER_SEED = 1000
+#: Seconds between two checks that a live source database (``--dataset neo4j``) is still the one indexed.
+SOURCE_CHECK_INTERVAL_S = 30.0
 #: Node texts whose content words a bundle keeps for Dice fusion (then the cache starts over).
 DICE_WORDS_CACHE = 100_000
 
@@ -101,6 +104,7 @@ class IndexBundle:
         self._lexicon: dict[str, list[str]] | None = None
         self._similar: dict[str, list[tuple[str, float]]] | None = None
         self._schema: GraphSchema | None = None
+        self._source_checked = 0.0
 
     # -- the parts of the current build ----------------------------------------------------
     @property
@@ -132,7 +136,10 @@ class IndexBundle:
         if held is not None and id(self) in held:
             yield
             return
-        token = _PINNED.set({**(held or {}), id(self): self._current()})
+        parts = self._current()
+        if self._live_source(parts.manifest) is not None:  # no further stat of the manifest for other indexes
+            self.check_source()  # a question on a live database that changed since the build fails here, by name
+        token = _PINNED.set({**(held or {}), id(self): parts})
         try:
             yield
         finally:
@@ -264,11 +271,43 @@ class IndexBundle:
                         )
                     from graphs.store import open_store
 
+                    source = self._live_source()
+                    if source is not None:
+                        from graphs.loaders.neo4j_source import open_source_store
+
+                        # the user's live database, checked against the state the build read
+                        self._store = open_source_store(source, self.index_dir)
+                        self._source_checked = time.monotonic()
+                        return self._store
                     store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
                     if self.store_kind == "falkordb":
                         _check_graph(store, self.manifest, self.index_dir)
                     self._store = store
         return self._store
+
+    def _live_source(self, manifest: Manifest | None = None) -> dict[str, Any] | None:
+        """The source record of an index that serves the user's live database (built with --dataset neo4j)."""
+        source = ((manifest or self.manifest).extra.get("config") or {}).get("source")
+        if self.store_kind == "neo4j" and isinstance(source, dict) and source.get("kind") == "neo4j":
+            return source
+        return None
+
+    def check_source(self, max_age_s: float = SOURCE_CHECK_INTERVAL_S) -> None:
+        """For an index serving a live database: raise (IndexMismatchError, naming the rebuild command) when
+        the database changed since the build. Checked when the store opens, then again when the last check
+        is older than ``max_age_s`` (a few count queries); free for every other index."""
+        if self._live_source() is None:
+            return
+        if self._store is None:
+            _ = self.store  # opening checks
+            return
+        if time.monotonic() - self._source_checked < max_age_s:
+            return
+        from graphs.loaders.neo4j_source import check_recorded
+
+        with self._lock:
+            check_recorded(self._store, self._live_source() or {}, self.index_dir)  # type: ignore[arg-type]
+            self._source_checked = time.monotonic()
 
     # Derived caches are filled under the lock from the current parts: a reload (which takes the same
     # lock and clears them) can never leave one computed from the previous build in place.

@@ -1,0 +1,215 @@
+"""An existing Bolt database as the source of an index, end to end over real Bolt (ArcadeDB's plugin).
+
+The test plays the user: it puts a graph into "their" database with its own tooling (Neo4jStore.load,
+as any import script would), then runs `skb index --dataset neo4j` and `skb ask` against it and
+checks that (1) the answers are those of the same graph built from JSON lines, (2) nothing was written
+to the database, (3) a change to the database is reported as stale with the rebuild command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from graphs.build import IndexConfig, build_index
+from graphs.bundle import IndexBundle
+from graphs.errors import IndexMismatchError, LoaderError
+from graphs.loaders.jsonl import load_jsonl, write_jsonl
+from graphs.loaders.neo4j_source import Neo4jSource, read_neo4j
+from graphs.skb.model import SKB, Edge, Node
+from graphs.store.neo4j_store import Neo4jStore
+from tests.store_fixtures import ARCADEDB_PASSWORD, start_arcadedb
+
+pytestmark = pytest.mark.integration
+
+USER_DB = "userdb"
+OTHER_DB = "otherdb"
+runner = CliRunner()
+QUESTIONS = [
+    "Which genes are associated with Marfan syndrome?",
+    "Which disease is characterized by craniosynostosis and syndactyly?",
+    "Which rare disease is characterized by brachyturricephaly, proptosis and cutaneous syndactyly of toes?",
+    "Which gene is implicated in a patient with dural ectasia and ectopia lentis?",
+]
+
+
+def canonical(skb: SKB) -> SKB:
+    """The SKB in the order a database read returns it: nodes by (label, key), edges by (src, rel, dst, props)."""
+    out = SKB(skb.name, skb.node_types.values())
+    out.profile = skb.profile
+    for node in sorted(skb.nodes.values(), key=lambda n: (n.label, n.key)):
+        out.add_node(Node(node.key, node.label, {k: v for k, v in node.props.items() if v is not None}))
+    for edge in sorted(skb.edges, key=lambda e: (e.src, e.rel, e.dst, json.dumps(e.props, sort_keys=True))):
+        out.add_edge(Edge(edge.src, edge.rel, edge.dst, dict(edge.props)))
+    return out
+
+
+def snapshot(store: Neo4jStore) -> tuple[list[Any], list[Any]]:
+    """Every node and relationship with its properties: equal before and after means nothing was written."""
+    nodes = store.query("MATCH (n) RETURN labels(n) AS l, properties(n) AS p", max_rows=100_000).rows
+    rels = store.query(
+        "MATCH (a)-[r]->(b) RETURN a.key AS s, type(r) AS t, b.key AS d, properties(r) AS p", max_rows=100_000
+    ).rows
+    key = lambda row: json.dumps(row, sort_keys=True, default=str)
+    return sorted(nodes, key=key), sorted(rels, key=key)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
+    pytest.importorskip("arcadedb_embedded")
+    srv, uri = start_arcadedb(tmp_path_factory.mktemp("arcadedb_source"))
+    try:
+        srv.create_database(USER_DB)
+        srv.create_database(OTHER_DB)
+        yield srv, uri
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def graph(hpo_mini_skb: SKB) -> SKB:
+    return canonical(hpo_mini_skb)
+
+
+@pytest.fixture(scope="module")
+def user_db(server: tuple[Any, str], graph: SKB) -> Iterator[Neo4jStore]:
+    """The user's database, filled by the user's own tooling."""
+    store = Neo4jStore(server[1], "root", ARCADEDB_PASSWORD, USER_DB, timeout_s=30)
+    store.load(graph)
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def jsonl_index(tmp_path_factory: pytest.TempPathFactory, graph: SKB) -> tuple[Path, Path]:
+    """(the JSON-lines directory, the index built from it with the embedded store)."""
+    root = tmp_path_factory.mktemp("jsonl_source")
+    write_jsonl(graph, root / "data")
+    build_index(load_jsonl(root / "data"), root / "index", IndexConfig(dataset="jsonl"))
+    return root / "data", root / "index"
+
+
+def _index_argv(uri: str, index_dir: Path, *extra: str) -> list[str]:
+    return ["index", "--dataset", "neo4j", "--uri", uri, "--user", "root", "--database", USER_DB,
+            "--index-dir", str(index_dir), "--quiet", *extra]
+
+
+@pytest.fixture(scope="module")
+def neo4j_index(
+    server: tuple[Any, str], user_db: Neo4jStore, jsonl_index: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Path]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NEO4J_PASSWORD", ARCADEDB_PASSWORD)
+    for name in ("NEO4J_URI", "NEO4J_USER", "NEO4J_USERNAME", "NEO4J_DATABASE"):
+        mp.delenv(name, raising=False)
+    index_dir = tmp_path_factory.mktemp("neo4j_source") / "index"
+    before = snapshot(user_db)
+    result = runner.invoke(app, _index_argv(server[1], index_dir, "--profile", str(jsonl_index[0] / "schema.json")))
+    assert result.exit_code == 0, result.output
+    assert snapshot(user_db) == before  # read, never written
+    yield index_dir
+    mp.undo()
+
+
+def _ask(index_dir: Path, question: str) -> list[tuple[str, float]]:
+    result = runner.invoke(app, ["ask", question, "--index-dir", str(index_dir), "--json", "--no-trace"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["degraded"] == [], answer["degraded"]
+    # the graph tools ran (on the live database for an index built from it), not only the vector search
+    assert {p["tool"] for item in answer["context"] for p in item["provenance"]} & {"search_nodes", "cypher"}
+    return [(item["key"], item["score"]) for item in answer["context"]]
+
+
+def test_the_read_is_the_graph(user_db: Neo4jStore, graph: SKB, jsonl_index: tuple[Path, Path]) -> None:
+    source = Neo4jSource(uri=user_db.uri, user="root", database=USER_DB, batch_size=7,  # several pages per label
+                         schema_file=str(jsonl_index[0] / "schema.json"))
+    read = read_neo4j(source, password=ARCADEDB_PASSWORD)
+    assert list(read.nodes) == list(graph.nodes)
+    assert all(read.nodes[k].props == graph.nodes[k].props for k in graph.nodes)
+    assert [(e.src, e.rel, e.dst, e.props) for e in read.edges] == [(e.src, e.rel, e.dst, e.props) for e in graph.edges]
+    assert all(read.node_text(k) == graph.node_text(k) for k in graph.nodes)
+
+
+def test_index_from_the_live_database_answers_like_the_jsonl_build(
+    neo4j_index: Path, jsonl_index: tuple[Path, Path], user_db: Neo4jStore
+) -> None:
+    manifest = json.loads((neo4j_index / "manifest.json").read_text())
+    assert manifest["extra"]["store"] == "neo4j" and not (neo4j_index / "falkordb").exists()  # no copy of the graph
+    recorded = manifest["extra"]["config"]["source"]
+    assert recorded["kind"] == "neo4j" and "password" not in json.dumps(recorded)
+    assert recorded["state"]["nodes"] == {label: n for label, n in manifest["counts"]["nodes"].items()}
+    before = snapshot(user_db)
+    for question in QUESTIONS:
+        live, copied = _ask(neo4j_index, question)[:20], _ask(jsonl_index[1], question)[:20]
+        assert [k for k, _ in live] == [k for k, _ in copied], question
+        assert [s for _, s in live] == pytest.approx([s for _, s in copied]), question
+        assert len(live) == 20 or len(live) == len(copied)
+    assert snapshot(user_db) == before
+    with IndexBundle.open(neo4j_index) as bundle:  # the agent's store is the live database
+        assert isinstance(bundle.store, Neo4jStore) and bundle.store.uri == user_db.uri
+        assert bundle.store.count_nodes() == user_db.count_nodes()
+
+
+def test_a_changed_database_is_reported_stale_with_the_rebuild_command(
+    server: tuple[Any, str], neo4j_index: Path, user_db: Neo4jStore, graph: SKB,
+) -> None:
+    serving = IndexBundle.open(neo4j_index)
+    serving.check_source()  # fresh: opens the live store
+    user_db._write("CREATE (n:Gene {key: 'NEWGENE', name: 'NEWGENE'})")  # the user's own write
+    try:
+        serving.check_source()  # checked a moment ago: not asked again within the interval
+        with pytest.raises(IndexMismatchError, match="is stale.*Gene nodes"):
+            serving.check_source(max_age_s=0)  # a server holding the index open notices on a later question
+        serving.close()
+        result = runner.invoke(app, ["ask", QUESTIONS[0], "--index-dir", str(neo4j_index), "--no-trace"])
+        assert result.exit_code == 2
+        text = " ".join(result.output.split())
+        assert "is stale" in text and "Gene nodes" in text
+        assert f"skb index --dataset neo4j --uri {server[1]} --database {USER_DB}" in text and "--force" in text
+        with IndexBundle.open(neo4j_index) as bundle, pytest.raises(IndexMismatchError, match="stale"):
+            _ = bundle.store
+    finally:
+        user_db._write("MATCH (n:Gene {key: 'NEWGENE'}) DELETE n")
+    assert _ask(neo4j_index, QUESTIONS[0])  # the same database again: fresh
+
+
+def test_induced_node_types_and_label_selection(server: tuple[Any, str], user_db: Neo4jStore) -> None:
+    source = Neo4jSource(uri=server[1], user="root", database=USER_DB, labels=["Gene", "Disease"],
+                         text_properties=["name", "symbol", "nothing"])
+    read = read_neo4j(source, password=ARCADEDB_PASSWORD)
+    assert set(read.labels()) == {"Gene", "Disease"}
+    assert {t.label: t.text_fields for t in read.node_types.values()}["Disease"] == ["name"]
+    assert all(read.nodes[e.src].label in {"Gene", "Disease"} and read.nodes[e.dst].label in {"Gene", "Disease"}
+               for e in read.edges)
+    assert read.edges  # edges between the selected labels are kept
+
+
+def test_bad_sources_are_clear_errors(server: tuple[Any, str], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    other = Neo4jStore(server[1], "root", ARCADEDB_PASSWORD, OTHER_DB, timeout_s=30)
+    try:
+        other._write("CREATE (n:Thing {name: 'no key here'})")
+        with pytest.raises(LoaderError, match=r"1 node\(s\) labelled 'Thing' have no 'key' property.*--labels"):
+            read_neo4j(Neo4jSource(uri=server[1], user="root", database=OTHER_DB), password=ARCADEDB_PASSWORD)
+        with pytest.raises(LoaderError, match="no nodes labelled 'Movie'.*choose --labels from Thing"):
+            read_neo4j(Neo4jSource(uri=server[1], user="root", database=OTHER_DB, labels=["Movie"]),
+                       password=ARCADEDB_PASSWORD)
+    finally:
+        other.close()
+    monkeypatch.delenv("NEO4J_PASSWORD", raising=False)
+    result = runner.invoke(app, _index_argv(server[1], tmp_path / "idx"))
+    assert result.exit_code == 2 and "NEO4J_PASSWORD" in result.output
+    result = runner.invoke(app, ["index", "--dataset", "neo4j", "--index-dir", str(tmp_path / "idx")])
+    assert result.exit_code == 2 and "--uri bolt://" in result.output
+    result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(tmp_path), "--uri", server[1],
+                                 "--index-dir", str(tmp_path / "idx")])
+    assert result.exit_code == 2 and "--uri applies to --dataset neo4j only" in result.output
+    assert not (tmp_path / "idx").exists()
