@@ -9,6 +9,7 @@ to the database, (3) a change to the database is reported as stale with the rebu
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from tests.store_fixtures import ARCADEDB_PASSWORD, start_arcadedb
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[1]
+METAQA = REPO / "tests" / "fixtures" / "metaqa_mini" / "kb.txt"
 USER_DB = "userdb"
+MOVIES_DB = "movies"
 OTHER_DB = "otherdb"
 runner = CliRunner()
 QUESTIONS = [
@@ -67,6 +71,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]
     try:
         srv.create_database(USER_DB)
         srv.create_database(OTHER_DB)
+        srv.create_database(MOVIES_DB)
         yield srv, uri
     finally:
         srv.stop()
@@ -126,6 +131,14 @@ def _ask(index_dir: Path, question: str) -> list[tuple[str, float]]:
     # the graph tools ran (on the live database for an index built from it), not only the vector search
     assert {p["tool"] for item in answer["context"] for p in item["provenance"]} & {"search_nodes", "cypher"}
     return [(item["key"], item["score"]) for item in answer["context"]]
+
+
+def readme_commands(prefix: str) -> list[list[str]]:
+    """The `skb ...` lines of README's "Use your Neo4j database" section, as argument lists."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Use your Neo4j database", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("#")[0].strip() for line in section.splitlines() if line.startswith(prefix)]
+    return [shlex.split(line)[1:] for line in lines]
 
 
 def test_the_read_is_the_graph(user_db: Neo4jStore, graph: SKB, jsonl_index: tuple[Path, Path]) -> None:
@@ -213,3 +226,50 @@ def test_bad_sources_are_clear_errors(server: tuple[Any, str], tmp_path: Path,
                                  "--index-dir", str(tmp_path / "idx")])
     assert result.exit_code == 2 and "--uri applies to --dataset neo4j only" in result.output
     assert not (tmp_path / "idx").exists()
+
+
+def test_readme_commands_on_a_graph_with_other_labels_and_induced_node_types(
+    server: tuple[Any, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generic: a MetaQA-like graph (Movie, Person, directed_by...) with no profile and no schema file. README's
+    commands, run as written (server address, user and paths substituted), answer like the JSON-lines build."""
+    from graphs.loaders import load_dataset
+
+    typed = load_dataset("metaqa", METAQA)
+    plain = SKB(MOVIES_DB)  # no profile, default node types: what a database says about itself
+    for node in typed.nodes.values():
+        plain.add_node(Node(node.key, node.label, dict(node.props)))
+    for edge in typed.edges:
+        plain.add_edge(Edge(edge.src, edge.rel, edge.dst, dict(edge.props)))
+    graph = canonical(plain)
+    assert {"Movie", "Person"} <= set(graph.labels())
+    movies = Neo4jStore(server[1], "root", ARCADEDB_PASSWORD, MOVIES_DB, timeout_s=30)
+    movies.load(graph)  # the user's own import
+    before = snapshot(movies)
+    data = tmp_path / MOVIES_DB
+    write_jsonl(graph, data)
+    (data / "schema.json").unlink()  # nodes and edges only, as the database holds them
+    build_index(load_jsonl(data), tmp_path / "from-jsonl", IndexConfig(dataset="jsonl"))
+
+    monkeypatch.setenv("NEO4J_PASSWORD", ARCADEDB_PASSWORD)
+    for name in ("NEO4J_URI", "NEO4J_USER", "NEO4J_USERNAME", "NEO4J_DATABASE"):
+        monkeypatch.delenv(name, raising=False)
+    index_dir = tmp_path / "movies-index"
+    [index_argv] = readme_commands("skb index --dataset neo4j")
+    [ask_argv] = readme_commands("skb ask ")
+    swap = {"bolt://localhost:7687": server[1], ".skb/movies": str(index_dir)}
+    index_argv = [swap.get(arg, arg) for arg in index_argv]
+    index_argv[index_argv.index("--user") + 1] = "root"  # ArcadeDB's user
+    result = runner.invoke(app, [*index_argv, "--quiet"])
+    assert result.exit_code == 0, result.output
+    again = runner.invoke(app, [*index_argv, "--quiet"])
+    assert again.exit_code == 0 and "up to date" in " ".join(again.output.split())
+    question = ask_argv[1]  # ["ask", QUESTION, "--index-dir", DIR]
+    live = runner.invoke(app, [*[swap.get(arg, arg) for arg in ask_argv], "--json", "--no-trace"])
+    copied = runner.invoke(app, ["ask", question, "--index-dir", str(tmp_path / "from-jsonl"), "--json", "--no-trace"])
+    assert live.exit_code == 0 and copied.exit_code == 0, (live.output, copied.output)
+    live_keys = [item["key"] for item in json.loads(live.stdout)["context"]][:20]
+    assert live_keys == [item["key"] for item in json.loads(copied.stdout)["context"]][:20]
+    assert {"Harbor Lights", "Salt Roads"} <= set(live_keys[:5])
+    assert snapshot(movies) == before
+    movies.close()

@@ -272,3 +272,10 @@ def test_example_chain_runs_offline(hpo_index_dir: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert answer == "The best supported answer is [FBN1]."
     assert out.splitlines()[0].startswith("1 FBN1 Gene FBN1") and "answer: The best supported answer is [FBN1]." in out
+
+
+def test_readme_block_runs(hpo_index_dir: Path) -> None:
+    from tests.test_serve_users_doc import run_block
+
+    out = run_block("retriever", hpo_index_dir).splitlines()
+    assert out == ["FBN1 seed Gene: FBN1", "3", "2"]

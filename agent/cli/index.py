@@ -96,15 +96,19 @@ def index_command(
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         if source is not None:
             t0 = time.perf_counter()
-            with ProgressReporter(quiet=quiet) as progress:
-                from graphs.loaders.neo4j_source import read_source
+            from graphs.loaders.neo4j_source import current_state, read_source
 
+            # the database's state is the input: an unchanged database is an up-to-date index (a few counts)
+            fingerprint = _fingerprint(
+                json.dumps([source.model_dump(mode="json"), current_state(source).model_dump(mode="json")],
+                           sort_keys=True),
+                profile, config,
+            )
+            if not force and _reusable(index_dir, fingerprint):
+                console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+                return
+            with ProgressReporter(quiet=quiet) as progress:
                 skb, config.source = read_source(source, progress=lambda d, t: progress("read", d, t))
-                # the database's state is the input: an unchanged database is an up-to-date index
-                fingerprint = _fingerprint(json.dumps(config.source["state"], sort_keys=True), profile, config)
-                if not force and _reusable(index_dir, fingerprint):
-                    console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
-                    return
                 load_s = time.perf_counter() - t0
                 summary = build_index(skb, index_dir, config, progress=progress)
         else:

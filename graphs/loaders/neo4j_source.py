@@ -255,6 +255,12 @@ def read_source(
     return skb, record
 
 
+def current_state(source: Neo4jSource, password: str | None = None) -> SourceState:
+    """The database's state now (a few count queries), e.g. to tell whether an index is up to date."""
+    with connect(source, password) as store:
+        return source_state(store, _labels(store, source))
+
+
 def open_source_store(record: dict[str, Any], index_dir: Path | str) -> Neo4jStore:
     """The live database of an index built from one, checked against the state the build recorded.
 
@@ -359,6 +365,6 @@ def check_fresh(store: Neo4jStore, source: Neo4jSource, recorded: SourceState, i
 
 
 __all__ = [
-    "Neo4jSource", "SourceState", "check_fresh", "check_recorded", "connect", "open_source_store", "read_neo4j", "read_source",
+    "Neo4jSource", "SourceState", "check_fresh", "check_recorded", "connect", "current_state", "open_source_store", "read_neo4j", "read_source",
     "source_state",
 ]
