@@ -273,3 +273,18 @@ def test_readme_commands_on_a_graph_with_other_labels_and_induced_node_types(
     assert {"Harbor Lights", "Salt Roads"} <= set(live_keys[:5])
     assert snapshot(movies) == before
     movies.close()
+
+
+def test_an_index_of_some_labels_serves_a_database_holding_more(
+    server: tuple[Any, str], user_db: Neo4jStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neighbours outside --labels exist in the live graph but not in the index: answers hold only indexed nodes."""
+    monkeypatch.setenv("NEO4J_PASSWORD", ARCADEDB_PASSWORD)
+    index_dir = tmp_path / "some-labels"
+    result = runner.invoke(app, _index_argv(server[1], index_dir, "--labels", "Disease,Gene"))
+    assert result.exit_code == 0, result.output
+    for question in QUESTIONS:
+        result = runner.invoke(app, ["ask", question, "--index-dir", str(index_dir), "--json", "--no-trace"])
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.stdout)
+        assert answer["context"] and {item["label"] for item in answer["context"]} <= {"Disease", "Gene"}

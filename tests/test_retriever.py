@@ -279,3 +279,11 @@ def test_readme_block_runs(hpo_index_dir: Path) -> None:
 
     out = run_block("retriever", hpo_index_dir).splitlines()
     assert out == ["FBN1 seed Gene: FBN1", "3", "2"]
+
+
+def test_overhead_benchmark_reports_equal_rankings(hpo_index_dir: Path) -> None:
+    from evals.retriever_overhead import measure
+
+    report = measure(hpo_index_dir, [QUESTION, "Which disease is characterized by craniosynostosis?"], warmup=1)
+    assert report["questions"] == 2 and len(report["passes"]) == 2
+    assert all(p["rankings_differ"] == 0 and p["retriever_ms"]["p50"] > 0 for p in report["passes"])
