@@ -105,6 +105,8 @@ class IndexBundle:
         self._similar: dict[str, list[tuple[str, float]]] | None = None
         self._schema: GraphSchema | None = None
         self._source_checked = 0.0
+        self._source_thread: threading.Thread | None = None
+        self._source_error: Exception | None = None
 
     # -- the parts of the current build ----------------------------------------------------
     @property
@@ -191,6 +193,7 @@ class IndexBundle:
             self._parts = fresh._parts
             self.store_kind = fresh.store_kind
             self._store = None
+            self._source_error = None
             self._lexicon = self._similar = None
             self._schema = None
             if self._embedder is not None and fresh._parts.manifest.embedder_model != old_model:
@@ -292,22 +295,52 @@ class IndexBundle:
             return source
         return None
 
-    def check_source(self, max_age_s: float = SOURCE_CHECK_INTERVAL_S) -> None:
+    def check_source(self, max_age_s: float = SOURCE_CHECK_INTERVAL_S, *, wait: bool = False) -> None:
         """For an index serving a live database: raise (IndexMismatchError, naming the rebuild command) when
-        the database changed since the build. Checked when the store opens, then again when the last check
-        is older than ``max_age_s`` (a few count queries); free for every other index."""
+        the database changed since the build; free for every other index.
+
+        Checked when the store opens (the caller waits: a few count queries, milliseconds on Neo4j, which
+        answers them from its count store; seconds on servers that scan). Later, once the last check is older
+        than ``max_age_s``, the check runs again in a background thread so no question waits for it; a change
+        it finds fails every following question until the database matches again or the index is rebuilt.
+        ``wait=True`` runs a due check in the caller."""
         if self._live_source() is None:
             return
         if self._store is None:
             _ = self.store  # opening checks
             return
-        if time.monotonic() - self._source_checked < max_age_s:
-            return
+        thread: threading.Thread | None = None
+        with self._lock:
+            due = time.monotonic() - self._source_checked >= max_age_s
+            running = self._source_thread is not None and self._source_thread.is_alive()
+            if due and not running:
+                self._source_checked = time.monotonic()
+                thread = self._source_thread = threading.Thread(
+                    target=self._recheck_source, name="skb-source-check", daemon=True
+                )
+                thread.start()
+            elif running and wait:
+                thread = self._source_thread
+        if thread is not None and wait:
+            thread.join()
+        error = self._source_error
+        if error is not None:
+            raise error
+
+    def _recheck_source(self) -> None:
+        from graphs.errors import IndexMismatchError
         from graphs.loaders.neo4j_source import check_recorded
 
-        with self._lock:
-            check_recorded(self._store, self._live_source() or {}, self.index_dir)  # type: ignore[arg-type]
-            self._source_checked = time.monotonic()
+        store, source = self._store, self._live_source()
+        if store is None or source is None:
+            return
+        try:
+            check_recorded(store, source, self.index_dir)  # type: ignore[arg-type]
+            self._source_error = None
+        except IndexMismatchError as exc:
+            self._source_error = exc
+        except Exception as exc:  # noqa: BLE001 - an unreachable server is reported by the question's own queries
+            _log.debug("source check skipped: %s", exc)
 
     # Derived caches are filled under the lock from the current parts: a reload (which takes the same
     # lock and clears them) can never leave one computed from the previous build in place.

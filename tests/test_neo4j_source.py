@@ -180,8 +180,9 @@ def test_a_changed_database_is_reported_stale_with_the_rebuild_command(
     try:
         serving.check_source()  # checked a moment ago: not asked again within the interval
         with pytest.raises(IndexMismatchError, match="is stale.*Gene nodes"):
-            serving.check_source(max_age_s=0)  # a server holding the index open notices on a later question
-        serving.close()
+            serving.check_source(max_age_s=0, wait=True)  # a server holding the index open notices it
+        with pytest.raises(IndexMismatchError, match="is stale"):
+            serving.check_source()  # and every later question fails by name until the database matches again
         result = runner.invoke(app, ["ask", QUESTIONS[0], "--index-dir", str(neo4j_index), "--no-trace"])
         assert result.exit_code == 2
         text = " ".join(result.output.split())
@@ -191,7 +192,9 @@ def test_a_changed_database_is_reported_stale_with_the_rebuild_command(
             _ = bundle.store
     finally:
         user_db._write("MATCH (n:Gene {key: 'NEWGENE'}) DELETE n")
-    assert _ask(neo4j_index, QUESTIONS[0])  # the same database again: fresh
+    serving.check_source(max_age_s=0, wait=True)  # the same database again: fresh
+    serving.close()
+    assert _ask(neo4j_index, QUESTIONS[0])
 
 
 def test_induced_node_types_and_label_selection(server: tuple[Any, str], user_db: Neo4jStore) -> None:
