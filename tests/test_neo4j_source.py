@@ -21,7 +21,8 @@ from agent.cli.main import app
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexMismatchError, LoaderError
-from graphs.loaders.jsonl import load_jsonl, write_jsonl
+from graphs.loaders import load_dataset
+from graphs.loaders.jsonl import write_jsonl
 from graphs.loaders.neo4j_source import Neo4jSource, read_neo4j
 from graphs.skb.model import SKB, Edge, Node
 from graphs.store.neo4j_store import Neo4jStore
@@ -96,7 +97,7 @@ def jsonl_index(tmp_path_factory: pytest.TempPathFactory, graph: SKB) -> tuple[P
     """(the JSON-lines directory, the index built from it with the embedded store)."""
     root = tmp_path_factory.mktemp("jsonl_source")
     write_jsonl(graph, root / "data")
-    build_index(load_jsonl(root / "data"), root / "index", IndexConfig(dataset="jsonl"))
+    build_index(load_dataset("jsonl", root / "data"), root / "index", IndexConfig(dataset="jsonl"))
     return root / "data", root / "index"
 
 
@@ -252,7 +253,7 @@ def test_readme_commands_on_a_graph_with_other_labels_and_induced_node_types(
     data = tmp_path / MOVIES_DB
     write_jsonl(graph, data)
     (data / "schema.json").unlink()  # nodes and edges only, as the database holds them
-    build_index(load_jsonl(data), tmp_path / "from-jsonl", IndexConfig(dataset="jsonl"))
+    build_index(load_dataset("jsonl", data), tmp_path / "from-jsonl", IndexConfig(dataset="jsonl"))
 
     monkeypatch.setenv("NEO4J_PASSWORD", ARCADEDB_PASSWORD)
     for name in ("NEO4J_URI", "NEO4J_USER", "NEO4J_USERNAME", "NEO4J_DATABASE"):

@@ -171,8 +171,6 @@ def read_neo4j(
         else:
             name, types, profile = None, _induced_types(db, labels, source), None
         skb = SKB(name or (source.database or "neo4j"), types)
-        if profile is not None:
-            skb.profile = profile
         totals = {label: db._count(label) for label in labels}
         total, done = sum(totals.values()), 0
         if progress:
@@ -229,6 +227,10 @@ def read_neo4j(
         edges.sort(key=lambda e: (e.src, e.rel, e.dst, json.dumps(e.props, sort_keys=True, default=str)))
         for edge in edges:
             skb.add_edge(edge)
+        # the profile (given in schema.json) wins field by field over what the graph says (graphs.skb.induce)
+        from graphs.skb.induce import merge_for_skb
+
+        skb.profile = merge_for_skb(skb, profile)
         return skb
     finally:
         if owned:
