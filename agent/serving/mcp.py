@@ -46,6 +46,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.serving.toolkit import SKBToolkit, tool_input_schema
 from graphs.errors import ConfigError, SKBError
+from graphs.progress import terminal_text
 from tools.results import parse_result
 
 log = logging.getLogger("skb.mcp")
@@ -439,7 +440,7 @@ def mcp_command(
             session_idle_timeout=session_idle_timeout,
         )
     except SKBError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {terminal_text(exc)}", err=True)
         raise typer.Exit(code=2) from exc
 
 
