@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
+from graphs.errors import LoaderError
 from tests.reliability_support import copy_index
 
 pytestmark = pytest.mark.integration
@@ -154,3 +155,133 @@ def test_item03_bracketed_fix_text_is_not_swallowed(tmp_path: Path) -> None:
     assert result.exit_code == 2
     flat = " ".join(result.stderr.split())
     assert "add [relations.<name>] with signature" in flat
+
+
+# -- item 5: the Python API names a bad argument ---------------------------------------------
+
+@pytest.mark.parametrize("question", [42, b"what is made by Maker 0", None])
+def test_item05_ask_with_a_non_text_question_names_the_argument(graph_index: Path, question: object) -> None:
+    import asyncio
+
+    from agent.api import aask, ask
+    from graphs.bundle import IndexBundle
+    from graphs.errors import ConfigError
+
+    with IndexBundle.open(graph_index) as bundle:
+        with pytest.raises(ConfigError, match="argument 'question' must be a str") as info:
+            ask(question, bundle=bundle)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="argument 'question' must be a str"):
+            asyncio.run(aask(question, bundle=bundle))  # type: ignore[arg-type]
+    if isinstance(question, bytes):
+        assert "decode" in str(info.value)
+
+
+# -- item 8: a byte-order mark never becomes part of a key -----------------------------------
+
+def test_item08_bom_at_the_start_of_a_triples_file_is_not_part_of_the_first_key(tmp_path: Path) -> None:
+    import gzip
+
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+    from graphs.loaders.triples import load_triples
+
+    kb, profile = write_graph(tmp_path / "data", bom=True)
+    skb = load_triples(kb, profile)
+    assert "Sprocket 0" in skb.nodes
+    assert not any(key.startswith("\ufeff") for key in skb.nodes)
+    gz = tmp_path / "data" / "kb.txt.gz"
+    gz.write_bytes(gzip.compress(kb.read_bytes()))
+    assert "Sprocket 0" in load_triples(gz, profile).nodes
+    build_index(skb, tmp_path / "idx", IndexConfig(dataset="triples"))
+    with IndexBundle.open(tmp_path / "idx") as bundle:
+        assert bundle.node("Sprocket 0") is not None
+        rows = bundle.store.query("MATCH (w {key: $k})-[:made_by]->(m) RETURN m.key", {"k": "Sprocket 0"}).rows
+        assert [r[0] for r in rows] == ["Maker 0"]
+
+
+# -- item 11: names no store can hold are refused at load time, with file, line and field -----
+
+@pytest.mark.parametrize("rel", ["made`by", "made\x00by"])
+def test_item11_relation_with_a_backtick_or_nul_in_a_triples_file_names_file_and_line(
+    tmp_path: Path, rel: str
+) -> None:
+    from graphs.loaders.triples import load_triples
+
+    kb, _ = write_graph(tmp_path, f"Sprocket 1|{rel}|Maker 2\n")
+    with pytest.raises(LoaderError) as info:
+        load_triples(kb)
+    msg = str(info.value)
+    assert str(kb) in msg and "line 27" in msg and "relation" in msg and "fix:" in msg
+    assert "backtick" in msg or "NUL" in msg
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "needle"),
+    [
+        ('default_label = "Ent`ity"\n', "default_label", "Ent`ity"),
+        ('default_label = "Ent\\u0000ity"\n', "default_label", "Ent\\u0000ity"),
+        ('literal_labels = ["Year`"]\n', "literal_labels", "Year`"),
+        ('[relations."made`by"]\nsignature = "Widget -> Maker"\n', "relations", 'made`by'),
+        ('[labels."Wid`get"]\ndescription = "x"\n', "labels", "Wid`get"),
+    ],
+)
+def test_item11_profile_names_with_a_backtick_or_nul_name_file_line_and_field(
+    tmp_path: Path, patch: str, field: str, needle: str
+) -> None:
+    from graphs.skb.profile import load_profile
+
+    top, _, tables = PROFILE.partition("[relations.made_by]")
+    text = (patch + top + "[relations.made_by]" + tables) if not patch.startswith("[") else PROFILE + patch
+    path = tmp_path / "p.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(LoaderError) as info:
+        load_profile(path)
+    msg = str(info.value)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
+    assert str(path) in msg and f"line {line}" in msg and field in msg and "fix:" in msg, msg
+
+
+def test_item11_jsonl_label_or_relation_with_a_backtick_is_refused_before_embedding(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "nodes.jsonl").write_text(
+        '{"key": "a", "label": "Widget", "name": "A"}\n{"key": "b", "label": "Ma`ker", "name": "B"}\n')
+    (data / "edges.jsonl").write_text('{"src": "a", "rel": "made_by", "dst": "a"}\n')
+    result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(data), "--index-dir",
+                                 str(tmp_path / "idx"), "-q"])
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.stderr.split())
+    assert "nodes.jsonl (record line 2)" in flat and "Ma`ker" in flat and "backtick" in flat
+    (data / "nodes.jsonl").write_text('{"key": "a", "label": "Widget", "name": "A"}\n')
+    (data / "edges.jsonl").write_text('{"src": "a", "rel": "made_by", "dst": "a"}\n'
+                                      '{"src": "a", "rel": "made\\u0000by", "dst": "a"}\n')
+    result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(data), "--index-dir",
+                                 str(tmp_path / "idx"), "-q"])
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.stderr.split())
+    assert "edges.jsonl (record line 2)" in flat and "NUL" in flat
+    assert not (tmp_path / "idx").exists()
+
+
+# -- item 15: no third-party warnings or debug lines ------------------------------------------
+
+def test_item15_pyproject_license_raises_no_setuptools_deprecation() -> None:
+    import warnings
+
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_configuration(Distribution(), Path(__file__).parents[1] / "pyproject.toml")
+    assert not [w for w in caught if "license" in str(w.message).lower()], [str(w.message)[:200] for w in caught]
+
+
+def test_item15_bm25s_debug_lines_never_reach_a_configured_handler(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from graphs.index.bm25 import BM25Index
+
+    caplog.set_level(logging.DEBUG)  # as if an application configured logging at DEBUG
+    BM25Index.build(["a", "b"], ["Widget", "Maker"], ["a red sprocket", "a maker of bolts"])
+    assert not [r for r in caplog.records if r.name.startswith("bm25s")], [r.getMessage() for r in caplog.records]
