@@ -7,6 +7,7 @@ Every test runs on a small graph generated here (labels ``Widget``/``Maker``/``P
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -285,3 +286,159 @@ def test_item15_bm25s_debug_lines_never_reach_a_configured_handler(caplog: pytes
     caplog.set_level(logging.DEBUG)  # as if an application configured logging at DEBUG
     BM25Index.build(["a", "b"], ["Widget", "Maker"], ["a red sprocket", "a maker of bolts"])
     assert not [r for r in caplog.records if r.name.startswith("bm25s")], [r.getMessage() for r in caplog.records]
+
+
+# -- item 4: damaged, foreign or unwritable trace databases and pages --------------------------
+
+def _run_row(**fields: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"dotted_order": "1", "name": "x", "run_type": "chain", "status": "success",
+                           "start_time": "2026-01-01T00:00:00+00:00", "prompt_tokens": 0, "completion_tokens": 0,
+                           "total_tokens": 0, "llm_call": 0}
+    row.update(fields)
+    return row
+
+
+def _traced_db(path: Path) -> Path:
+    from agent.tracing.tracer import TraceStore
+
+    store = TraceStore(path)
+    store.upsert_many([_run_row(id=f"r{i}", trace_id=f"t{i}", name="x" * 3000) for i in range(400)])
+    store.close()
+    return path
+
+
+def _malformed(path: Path) -> Path:
+    _traced_db(path)
+    data = bytearray(path.read_bytes())
+    data[4096:len(data) - 4096] = b"\xa5" * (len(data) - 8192)  # pages after the header overwritten
+    path.write_bytes(bytes(data))
+    for extra in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["foreign", "malformed"])
+@pytest.mark.parametrize("sub", [["list"], ["show", "r1"], ["html", "r1", "-o", "{tmp}/page.html"]])
+def test_item04_trace_commands_on_a_foreign_or_damaged_database_exit_2_with_the_fix(
+    tmp_path: Path, kind: str, sub: list[str]
+) -> None:
+    db = tmp_path / "traces.sqlite"
+    if kind == "foreign":
+        db.write_bytes(b"this is a text file, not SQLite\n" * 200)
+    else:
+        _malformed(db)
+    argv = ["trace", *[a.replace("{tmp}", str(tmp_path)) for a in sub], "--db", str(db)]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, (result.output, result.exception)
+    flat = " ".join(result.stderr.split())
+    assert str(db) in flat and "move it aside" in flat and "Traceback" not in flat
+
+
+def test_item04_trace_html_into_a_directory_or_under_a_file_exits_2(tmp_path: Path) -> None:
+    db = _traced_db(tmp_path / "traces.sqlite")
+    (tmp_path / "afile").write_text("x")
+    for out, needle in ((tmp_path, "is a directory"), (tmp_path / "afile" / "page.html", "cannot write")):
+        result = runner.invoke(app, ["trace", "html", "r1", "--db", str(db), "-o", str(out)])
+        assert result.exit_code == 2, (out, result.output, result.exception)
+        assert needle in " ".join(result.stderr.split())
+
+
+def test_item04_ask_with_a_malformed_trace_db_answers_and_says_the_trace_was_not_recorded(
+    private_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.tracing import tracer
+
+    monkeypatch.setattr(tracer, "_TRACERS", {})
+    _malformed(private_index / "traces.sqlite")
+    result = runner.invoke(app, ["ask", "what is Sprocket 3 made by", "--index-dir", str(private_index)])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stderr.split())
+    assert "trace not recorded:" in flat and "traces.sqlite" in flat and "move it aside" in flat
+    assert "Sprocket 3" in result.stdout
+
+
+# -- items 6 and 7: the tracer's queue and the trace database stay bounded --------------------
+
+def test_item06_tracer_queue_is_bounded_and_counts_drops_when_the_writer_falls_behind(
+    graph_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent questions against a writer that cannot keep up (its database held busy): the queue
+    never holds more than its bound, drops are counted and reported, and the answers are unaffected."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent.api import ask
+    from agent.tracing import tracer as tracer_mod
+    from graphs.bundle import IndexBundle
+
+    monkeypatch.setattr(tracer_mod, "QUEUE_MAX_ROWS", 40)
+    monkeypatch.setattr(tracer_mod, "QUEUE_WAIT_S", 0.05)
+    tracer = tracer_mod.LocalTracer(tmp_path / "traces.sqlite")
+    assert tracer._queue is not None
+    questions = [f"what is Sprocket {i % 12} made by" for i in range(24)]
+    with IndexBundle.open(graph_index) as bundle:
+        alone = [ask(q, bundle=bundle).context for q in questions[:12]]
+        with tracer.store._lock, ThreadPoolExecutor(8) as pool:  # the writer blocks on its first batch
+            results = list(pool.map(lambda q: ask(q, bundle=bundle, run_config={"callbacks": [tracer]}), questions))
+            assert tracer._queue.peak_rows <= 40
+    tracer.flush()
+    assert [r.context for r in results[:12]] == alone
+    assert tracer.dropped > 0
+    assert any("run rows dropped" in e for e in tracer.errors)
+    stored = tracer.store._rows("SELECT COUNT(*) FROM runs")[0][0]
+    assert 0 < stored < sum(1 for _ in range(24)) * 20
+    tracer.close()
+
+
+def test_item06_without_pressure_nothing_is_dropped(graph_index: Path, tmp_path: Path) -> None:
+    from agent.api import ask
+    from agent.tracing.tracer import LocalTracer
+    from graphs.bundle import IndexBundle
+
+    tracer = LocalTracer(tmp_path / "traces.sqlite")
+    with IndexBundle.open(graph_index) as bundle:
+        for i in range(3):
+            ask(f"what is Sprocket {i} made by", bundle=bundle, run_config={"callbacks": [tracer]})
+    tracer.flush()
+    assert tracer.dropped == 0 and not tracer.errors
+    assert len(tracer.store.list_traces(10)) == 3
+    tracer.close()
+
+
+def test_item07_retention_by_age_and_size(graph_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old traces go at open; the size limit holds while a writer keeps adding traces."""
+    import datetime as dt
+
+    from agent.api import ask
+    from agent.tracing import tracer as tracer_mod
+    from graphs.bundle import IndexBundle
+
+    db = tmp_path / "traces.sqlite"
+    store = tracer_mod.TraceStore(db)
+    old = (dt.datetime.now(dt.UTC) - dt.timedelta(days=40)).isoformat()
+    store.upsert_many([_run_row(id="old-root", trace_id="old", start_time=old),
+                       _run_row(id="old-child", trace_id="old", parent_run_id="old-root", dotted_order="1.1",
+                                run_type="tool", start_time=old)])
+    store.close()
+    monkeypatch.setenv(tracer_mod.MAX_DAYS_ENV, "30")
+    monkeypatch.setenv(tracer_mod.MAX_MB_ENV, "0.25")
+    monkeypatch.setattr(tracer_mod, "PRUNE_EVERY", 20)
+    tracer = tracer_mod.LocalTracer(db, background=False)
+    assert tracer.store._rows("SELECT COUNT(*) FROM runs WHERE trace_id = 'old'")[0][0] == 0
+    sizes = []
+    with IndexBundle.open(graph_index) as bundle:
+        for i in range(30):
+            ask(f"what is Sprocket {i % 12} made by", bundle=bundle, run_config={"callbacks": [tracer]})
+            sizes.append(tracer.store.size_bytes())
+    assert max(sizes) > 0.25 * 1024 * 1024 * 0.5  # the limit was reached, so pruning ran
+    assert tracer.store.size_bytes() <= 0.25 * 1024 * 1024 * 1.3
+    assert 0 < len(tracer.store.list_traces(100)) < 30
+    assert db.stat().st_size <= 0.25 * 1024 * 1024 * 3  # incremental vacuum gives pages back
+
+
+def test_item07_bad_retention_setting_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.tracing import tracer as tracer_mod
+    from graphs.errors import ConfigError
+
+    monkeypatch.setenv(tracer_mod.MAX_MB_ENV, "lots")
+    with pytest.raises(ConfigError, match="SKB_TRACE_MAX_MB='lots'"):
+        tracer_mod.LocalTracer(tmp_path / "t.sqlite")

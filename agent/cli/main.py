@@ -52,11 +52,31 @@ def _startup_heap() -> Iterator[None]:
 
 
 def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
-    """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on."""
+    """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on.
+
+    A trace database that cannot be opened (damaged, foreign, on a full disk) does not stop the
+    answer: the question runs untraced and stderr says why and what to do."""
     from agent.tracing.tracer import callbacks_for  # langsmith's tracer types: only `ask` pays for them
 
-    callbacks = callbacks_for(index_dir, enabled=trace)
+    try:
+        callbacks = callbacks_for(index_dir, enabled=trace)
+    except SKBError as exc:
+        print_text(err_console, ("trace not recorded:", "yellow"), exc)
+        return {}
     return {"callbacks": callbacks, "run_name": "skb ask"} if callbacks else {}
+
+
+def _flush_traces(run_config: RunnableConfig) -> None:
+    """Wait for the trace rows (`skb trace` right after `skb ask` must see the finished run) and say
+    on stderr if any could not be written, instead of dropping the trace without a word."""
+    callbacks = run_config.get("callbacks")
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        flush = getattr(callback, "flush", None)
+        if callable(flush):
+            flush()
+        errors = list(getattr(callback, "errors", None) or [])
+        if errors:
+            print_text(err_console, ("trace not recorded:", "yellow"), errors[-1])
 
 
 @app.command("ask")
@@ -130,11 +150,7 @@ def ask_command(
         with bundle:
             run_config = _run_config(index_dir, trace)
             result = ask(question, bundle=bundle, config=config, run_config=run_config)
-            callbacks = run_config.get("callbacks")
-            for callback in callbacks if isinstance(callbacks, list) else []:
-                flush = getattr(callback, "flush", None)
-                if callable(flush):
-                    flush()  # `skb trace` right after `skb ask` must see the finished run
+            _flush_traces(run_config)
     except SKBError as exc:
         raise _fail(exc) from exc
     if as_json:
