@@ -6,6 +6,10 @@ Every test runs on a small graph generated here (labels ``Widget``/``Maker``/``P
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from typer.testing import CliRunner
 
 from agent.cli.main import app
 from graphs.errors import LoaderError
-from tests.reliability_support import copy_index
+from tests.reliability_support import copy_index, falkordb_children, within
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +35,8 @@ label_precedence = ["Widget", "Maker"]
 
 [relations.made_by]
 signature = "Widget -> Maker"
+forward = "the maker of {x}"
+inverse = "the widgets made by {x}"
 
 [relations.has_part]
 signature = "Widget -> Part"
@@ -442,3 +448,52 @@ def test_item07_bad_retention_setting_names_the_variable(tmp_path: Path, monkeyp
     monkeypatch.setenv(tracer_mod.MAX_MB_ENV, "lots")
     with pytest.raises(ConfigError, match="SKB_TRACE_MAX_MB='lots'"):
         tracer_mod.LocalTracer(tmp_path / "t.sqlite")
+
+
+# -- item 9: a frozen graph store is named as the cause, and ask reports it -------------------
+
+@pytest.fixture()
+def frozen(private_index: Path) -> Iterator[Any]:
+    """An open bundle whose FalkorDB child is stopped (SIGSTOP) after start-up; resumed at the end."""
+    from graphs.bundle import IndexBundle
+
+    bundle = IndexBundle.open(private_index)
+    bundle.store.query("MATCH (n) RETURN count(n)", {})  # started and connected
+    pid = bundle.store.server.pid
+    assert pid is not None and pid in falkordb_children()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield bundle
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        bundle.close()
+
+
+def test_item09_tools_on_a_frozen_store_blame_the_store_not_the_query(frozen: Any) -> None:
+    import time
+
+    from tools import make_tools
+
+    tools = {t.name: t for t in make_tools(frozen)}
+    cypher, search = tools["cypher"], tools["search_nodes"]
+    t0 = time.monotonic()
+    out = within(60, lambda: json.loads(cypher.invoke({"query": "MATCH (n:Widget) RETURN n.key LIMIT 3"})),
+                 "cypher on a frozen store")
+    first_s = time.monotonic() - t0
+    assert out["error"]["type"] == "store_unavailable", out
+    assert "FalkorDB" in out["error"]["message"] and "LIMIT" not in out["error"]["hint"]
+    t0 = time.monotonic()
+    out = within(60, lambda: json.loads(search.invoke({"keys": ["Sprocket 1"], "question": "maker"})),
+                 "search_nodes on a frozen store")
+    assert out["error"]["type"] == "store_unavailable", out
+    assert "check keys" not in out["error"]["hint"]
+    assert time.monotonic() - t0 < max(3.0, first_s / 2)  # the next call does not wait the full timeout again
+
+
+def test_item09_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any) -> None:
+    from agent.api import ask
+
+    result = within(120, lambda: ask("who is the maker of Sprocket 3", bundle=frozen), "ask on a frozen store")
+    assert result.degraded, "a failed store must never give degraded: []"
+    text = " ".join(result.degraded)
+    assert "graph store" in text and "FalkorDB" in text
