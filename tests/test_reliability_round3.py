@@ -497,3 +497,48 @@ def test_item09_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any) -> Non
     assert result.degraded, "a failed store must never give degraded: []"
     text = " ".join(result.degraded)
     assert "graph store" in text and "FalkorDB" in text
+
+
+# -- item 10: damage inside large files (past the sampled check) is named, with verify and rebuild ---
+
+@pytest.fixture()
+def sampled_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An index of the generated graph whose files all count as large (sampled at open) and whose
+    sample is 64 bytes at each end: the same situation as a 200 KB overwrite inside a 200 MB dump."""
+    from graphs import build, manifest
+    from graphs.loaders.triples import load_triples
+
+    monkeypatch.setattr(build, "LARGE_FILE_BYTES", 256)
+    monkeypatch.setattr(manifest, "SAMPLE_BYTES", 64)
+    kb, profile = write_graph(tmp_path / "data")
+    index_dir = tmp_path / "index"
+    build.build_index(load_triples(kb, profile), index_dir, build.IndexConfig(dataset="triples"))
+    return index_dir
+
+
+def _overwrite_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    assert len(data) > 256, len(data)
+    data[64:-64] = b"\xa5" * (len(data) - 128)  # everything between the sampled ends
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("rel", ["falkordb/dump.rdb", "skb/compact/node_props.bin"])
+def test_item10_damage_inside_a_large_file_is_named_with_verify_and_the_rebuild_command(
+    sampled_index: Path, rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphs.manifest import Manifest
+
+    monkeypatch.setenv("SKB_TRACING", "0")
+    assert rel in Manifest.read(sampled_index).data_files
+    _overwrite_middle(sampled_index / rel)
+    Manifest.read(sampled_index).verify(sampled_index)  # the sampled check at open cannot see it ...
+    result = runner.invoke(app, ["ask", "who is the maker of Sprocket 3", "--index-dir", str(sampled_index)])
+    out = " ".join((result.stdout + result.stderr).split())
+    assert "Traceback" not in out and "JSONDecodeError" not in out
+    assert f"skb verify --index-dir {sampled_index}" in out, out[-2000:]
+    assert f"skb index --force --index-dir {sampled_index}" in out
+    assert rel.split("/")[-1] in out
+    assert len(result.stderr) < 4000, result.stderr  # no pages of raw server log
+    verify = runner.invoke(app, ["verify", "--index-dir", str(sampled_index)])  # ... the full one does
+    assert verify.exit_code == 2 and rel in " ".join(verify.stderr.split())

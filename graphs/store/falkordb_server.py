@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import resource
 import secrets
 import signal
@@ -576,6 +577,23 @@ class FalkorDBServer:
             "MAX_QUEUED_QUERIES", str(MAX_QUEUED_QUERIES),
         ]  # fmt: skip
 
+    def _exit_message(self, code: int, tail: str) -> str:
+        """Why the server exited while starting, in a few lines: a damaged graph dump names the dump,
+        `skb verify` and the rebuild command (the raw log stays in the log file)."""
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        rdb = [ln for ln in lines if any(s in ln for s in _RDB_FAILURES)]
+        if rdb:
+            reasons = [ln for ln in rdb if "->" in ln or "checksum" in ln.lower() or "short read" in ln.lower()]
+            reason = _strip_log_prefix((reasons or rdb)[-1])[:240]
+            index_dir = self.data_dir.parent
+            fix = (f"check the index with `skb verify --index-dir {index_dir}` and rebuild it with "
+                   f"`skb index --force --index-dir {index_dir}` (same --dataset and --data as before)"
+                   if (index_dir / "manifest.json").is_file() else "restore or rebuild it")
+            return (f"FalkorDB could not load the graph dump {self.data_dir / 'dump.rdb'} ({reason}): the file is "
+                    f"damaged; {fix}; server log: {self.log_path}")
+        last = "; ".join(_strip_log_prefix(ln)[:240] for ln in lines[-3:])
+        return f"FalkorDB exited with code {code} while starting for {self.data_dir}: {last}; see {self.log_path}"
+
     def _log_tail(self, chars: int = 1500) -> str:
         try:
             return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
@@ -615,10 +633,7 @@ class FalkorDBServer:
                 tail = self._log_tail()
                 if "Address already in use" in tail[-400:]:
                     raise _PortInUse(f"port {port} was taken while FalkorDB started")
-                raise StoreUnavailableError(
-                    f"FalkorDB exited with code {code} while starting for {self.data_dir}; "
-                    f"see {self.log_path}. Log tail:\n{tail}"
-                )
+                raise StoreUnavailableError(self._exit_message(code, tail))
             try:
                 conn = connect(port, password, socket_timeout=2.0, socket_connect_timeout=1.0)
                 try:
@@ -650,6 +665,17 @@ class FalkorDBServer:
         with _STARTED_LOCK:
             _STARTED.add(self)
         _hook_sigterm()
+
+
+#: Log lines of a server that refused its dump file.
+_RDB_FAILURES = ("RDB ERROR DETECTED", "rdb file reading failure", "Internal error in RDB", "Wrong RDB checksum",
+                 "Short read", "Bad file format", "Can't handle RDB format")
+_LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
+
+
+def _strip_log_prefix(line: str) -> str:
+    """A redis log line without its ``pid:role date time level`` prefix."""
+    return _LOG_PREFIX.sub("", line)
 
 
 def limit_data_memory(pid: int, headroom: int) -> int | None:
