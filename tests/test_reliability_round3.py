@@ -542,3 +542,75 @@ def test_item10_damage_inside_a_large_file_is_named_with_verify_and_the_rebuild_
     assert len(result.stderr) < 4000, result.stderr  # no pages of raw server log
     verify = runner.invoke(app, ["verify", "--index-dir", str(sampled_index)])  # ... the full one does
     assert verify.exit_code == 2 and rel in " ".join(verify.stderr.split())
+
+
+# -- item 12: an over-long key is refused where it is read, with the right diagnosis ------------
+
+def test_item12_key_over_4096_bytes_is_refused_at_load_with_file_and_line(tmp_path: Path) -> None:
+    from graphs.loaders.triples import load_triples
+
+    long_name = "Sprocket " + "é" * 2100  # 4,209 bytes in UTF-8, 2,109 characters
+    kb, profile = write_graph(tmp_path, f"{long_name}|made_by|Maker 0\n")
+    result = runner.invoke(app, ["index", "--dataset", "triples", "--data", str(kb), "--profile", str(profile),
+                                 "--index-dir", str(tmp_path / "idx"), "-q"])
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.stderr.split())
+    assert f"{kb} (record line 27)" in flat and "4,096" in flat and "skb.validate" not in flat
+    with pytest.raises(LoaderError, match="line 27"):
+        load_triples(kb, profile)
+
+
+def test_item12_jsonl_key_at_the_limit_loads_and_over_it_names_the_line(tmp_path: Path) -> None:
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+    from graphs.loaders.jsonl import load_jsonl
+
+    data = tmp_path / "data"
+    data.mkdir()
+    at_limit, over = "k" * 4096, "k" * 4097
+    nodes = [{"key": "w", "label": "Widget", "name": "w"}, {"key": at_limit, "label": "Maker", "name": "m"}]
+    (data / "nodes.jsonl").write_text("\n".join(json.dumps(n) for n in nodes) + "\n")
+    (data / "edges.jsonl").write_text(json.dumps({"src": "w", "rel": "made_by", "dst": at_limit}) + "\n")
+    build_index(load_jsonl(data), tmp_path / "idx", IndexConfig(dataset="jsonl"))  # real FalkorDB matches it
+    with IndexBundle.open(tmp_path / "idx") as bundle:
+        rows = bundle.store.query("MATCH (:Widget {key: 'w'})-[:made_by]->(m) RETURN m.name", {}).rows
+        assert rows == [["m"]]
+    nodes.append({"key": over, "label": "Maker", "name": "o"})
+    (data / "nodes.jsonl").write_text("\n".join(json.dumps(n) for n in nodes) + "\n")
+    with pytest.raises(LoaderError, match=r"nodes.jsonl \(record line 3\).*4,097 bytes"):
+        load_jsonl(data)
+
+
+# -- item 13: a failed SAVE says why, without pointing into a deleted directory -----------------
+
+def test_item13_failed_save_quotes_the_reason_and_free_space(tmp_path: Path) -> None:
+    """A real server whose SAVE fails (dump.rdb is a directory, so the final rename fails, as a full
+    disk fails the write): the error quotes the server's reason, not an empty one."""
+    from graphs.errors import StoreError
+    from graphs.loaders.triples import load_triples
+    from graphs.store.falkordb_store import FalkorDBStore
+
+    kb, profile = write_graph(tmp_path / "data")
+    store = FalkorDBStore(tmp_path / "fdb")
+    try:
+        (tmp_path / "fdb" / "dump.rdb").mkdir()
+        with pytest.raises(StoreError) as info:
+            store.load(load_triples(kb, profile))
+    finally:
+        (tmp_path / "fdb" / "dump.rdb").rmdir()  # else SHUTDOWN SAVE fails too and stop() waits it out
+        store.close()
+    msg = str(info.value)
+    assert "could not save the graph to" in msg and "MB free" in msg
+    assert "Is a directory" in msg or "rename" in msg.lower() or "moving" in msg.lower(), msg
+    assert "SAVE after load failed: ;" not in msg and "see " not in msg
+
+
+def test_item13_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> None:
+    import redis
+
+    from graphs.store.falkordb_server import FalkorDBServer
+
+    server = FalkorDBServer(tmp_path)
+    server.log_path.write_text("123:M 25 Nov 2026 23:30:30.383 # Write error saving DB on disk: No space left on device\n")
+    msg = server.save_failure(redis.ResponseError(""))
+    assert "No space left on device" in msg and "the disk is full" in msg

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from graphs.errors import LoaderError
 from graphs.skb.model import SKB, Edge, Node, NodeType
-from graphs.skb.names import NAME_FIX, name_problem
+from graphs.skb.names import NAME_FIX, key_problem, name_problem
 from graphs.skb.profile import Profile, load_profile
 
 #: File names looked for when ``path`` is a directory.
@@ -85,6 +85,11 @@ def read_triples(path: Path) -> list[tuple[str, str, str]]:
         problem = name_problem(rel)
         if problem:
             raise LoaderError(str(path), f"relation {rel!r} {problem}", record=f"line {lineno}", fix=NAME_FIX)
+        for end, name in (("head", head), ("tail", tail)):
+            problem = key_problem(name)
+            if problem:  # the name is the node's key
+                raise LoaderError(str(path), f"the {end} {name[:60]!r}... {problem}", record=f"line {lineno}",
+                                  fix="shorten the name (node keys are names in a triples file)")
         triple = (head, rel, tail)
         if triple not in seen:
             seen.add(triple)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from graphs.errors import LoaderError
-from graphs.skb.names import NAME_FIX, name_problem
+from graphs.skb.names import NAME_FIX, key_problem, name_problem
 
 Direction = Literal["out", "in"]
 
@@ -190,6 +190,10 @@ class SKB:
     def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
         if not node.key:
             raise LoaderError(source, "node has an empty key", record=record, fix="give every node a non-empty 'key'")
+        problem = key_problem(node.key)
+        if problem:
+            raise LoaderError(source, f"node key {node.key[:60]!r}... {problem}", record=record,
+                              fix="use a short unique id as the key")
         if node.key in self.nodes:
             other = self.nodes[node.key]
             raise LoaderError(

@@ -23,4 +23,20 @@ def name_problem(name: str) -> str | None:
     return f"contains {what}"
 
 
+#: Longest node key (UTF-8 bytes) a graph store can match: FalkorDB's key index finds no longer string,
+#: so an edge to such a node was silently not created (the build then failed with a wrong diagnosis).
+MAX_KEY_BYTES = 4096
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a node key, or None when it can (cheap for the usual short key)."""
+    if len(key) * 4 <= MAX_KEY_BYTES:
+        return None
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size <= MAX_KEY_BYTES:
+        return None
+    return (f"is {size:,} bytes long (UTF-8), over the {MAX_KEY_BYTES:,} a graph store can match; keys are "
+            "identifiers: shorten it and keep long text in a property (name, description)")
+
+
 NAME_FIX = "rename it without backticks or control characters (letters, digits, spaces, _ : - . are fine)"

@@ -33,6 +33,7 @@ import queue
 import re
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -417,6 +418,23 @@ class FalkorDBServer:
         """Synchronous SAVE so dump.rdb holds everything loaded so far."""
         with self._redis() as conn:
             conn.save()
+
+    def save_failure(self, exc: BaseException) -> str:
+        """Why SAVE failed, from the server's log (the reply itself is often empty), with the free space
+        of the data dir; the reason is quoted, not only pointed at, because a failed build deletes the
+        temporary directory that holds the log."""
+        lines = [_strip_log_prefix(ln.strip()) for ln in self._log_tail(4000).splitlines() if ln.strip()]
+        saving = [ln for ln in lines if any(s in ln.lower() for s in ("saving", "save", "rdb", "temp db", "write error"))]
+        reason = "; ".join(dict.fromkeys(ln[:200] for ln in saving[-3:])) or str(exc).strip() or type(exc).__name__
+        try:
+            free = shutil.disk_usage(self.data_dir).free
+        except OSError:
+            free = -1
+        full = "no space left" in reason.lower() or "disk quota" in reason.lower() or 0 <= free < (1 << 20)
+        where = f"{self.data_dir} ({free / 1e6:,.1f} MB free)" if free >= 0 else str(self.data_dir)
+        fix = ("the disk is full: free space there (or build the index on another disk) and run the build again"
+               if full else "check that the directory is writable and has free space, then run the build again")
+        return f"FalkorDB could not save the graph to {where}: {reason}; {fix}"
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """SHUTDOWN SAVE a server we started (kill it if it hangs); detach from one we only attached to."""

@@ -298,7 +298,7 @@ class FalkorDBStore(CypherStore):
         try:
             self.server.save()
         except redis.RedisError as exc:
-            raise StoreError(f"FalkorDB SAVE after load failed: {exc}; see {self.server.log_path}") from exc
+            raise StoreError(self.server.save_failure(exc)) from exc
 
     @property
     def max_timeout_ms(self) -> int:
