@@ -614,3 +614,41 @@ def test_item13_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> Non
     server.log_path.write_text("123:M 25 Nov 2026 23:30:30.383 # Write error saving DB on disk: No space left on device\n")
     msg = server.save_failure(redis.ResponseError(""))
     assert "No space left on device" in msg and "the disk is full" in msg
+
+
+# -- item 14: no "serving" banner before a failure; no advice naming options that do not exist ----
+
+def test_item14_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Path) -> None:
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        result = runner.invoke(app, ["mcp", "--transport", "http", "--port", str(port), "--index-dir",
+                                     str(graph_index), "--no-ask"])
+    finally:
+        busy.close()
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert "MCP streamable HTTP on" not in result.stderr
+
+
+def test_item14_mcp_http_on_a_missing_index_fails_before_any_banner(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["mcp", "--transport", "http", "--index-dir", str(tmp_path / "nope")])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "no index at" in result.stderr and "MCP streamable HTTP on" not in result.stderr
+
+
+def test_item14_trace_db_errors_name_real_settings_only(tmp_path: Path) -> None:
+    from agent.tracing.tracer import TraceStore
+    from graphs.errors import ConfigError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError) as info:
+        TraceStore(tmp_path / "afile" / "traces.sqlite")
+    msg = str(info.value)
+    assert "--trace-db" not in msg and "SKB_TRACE_DB" in msg and "--no-trace" in msg
+    ask_help = runner.invoke(app, ["ask", "--help"]).output
+    assert "--no-trace" in ask_help and "--trace-db" not in ask_help
