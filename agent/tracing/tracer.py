@@ -395,7 +395,7 @@ class _RowQueue:
     Why not ``queue.Queue()``: under concurrent questions the callbacks produced rows faster than one
     SQLite writer stored them, and the unbounded queue grew a server to gigabytes. A full queue makes
     the traced call wait up to ``wait_s`` (back-pressure); if it is still full the row is dropped and
-    counted, and until the queue has drained to half, further rows that find it full are dropped at
+    counted, and until the writer takes its next batch, further rows that find it full are dropped at
     once (a stuck writer must not slow every call by ``wait_s`` per row)."""
 
     def __init__(self, max_rows: int, max_bytes: int, wait_s: float) -> None:
