@@ -80,6 +80,8 @@ QUEUE_MAX_ROWS = 2_000
 QUEUE_MAX_BYTES = 32 * 1024 * 1024
 #: How long a traced call waits for room in a full queue before its row is dropped (and counted).
 QUEUE_WAIT_S = 0.5
+#: Size the WAL file is truncated to after each checkpoint.
+WAL_LIMIT_BYTES = 16 * 1024 * 1024
 
 
 class TraceNotFoundError(SKBError):
@@ -498,6 +500,9 @@ class TraceStore:
                 self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10.0)
                 self._conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: pruning frees disk
                 self._conn.execute("PRAGMA journal_mode=WAL")
+                # after a checkpoint the WAL file is cut back to this size: a prune that deletes 100 MB of
+                # traces would otherwise leave a WAL that size beside the database for good
+                self._conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.executescript(_DDL)
             except (OSError, sqlite3.Error) as exc:
@@ -561,10 +566,12 @@ class TraceStore:
                     deleted += self._conn.execute(by_trace.format(
                         "SELECT trace_id FROM runs WHERE parent_run_id IS NULL ORDER BY start_time LIMIT ?"), (n,)).rowcount
                     self._conn.commit()
-                    self._conn.execute("PRAGMA incremental_vacuum")
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page per result row: step them all
                 self._conn.commit()
                 if deleted:
-                    self._conn.execute("PRAGMA incremental_vacuum")
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page per result row: step them all
+                    self._conn.commit()
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the deletes' WAL pages, given back
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.rollback()
