@@ -623,8 +623,18 @@ def test_item13_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> Non
 
 # -- item 14: no "serving" banner before a failure; no advice naming options that do not exist ----
 
+def _import_mcp_outside_the_runner() -> None:
+    """The MCP SDK binds ``sys.stderr`` as a default argument when first imported; imported under
+    CliRunner it would keep the runner's capture and break later stdio clients in this session."""
+    import mcp.client.stdio  # noqa: F401
+
+    import agent.serving.mcp  # noqa: F401
+
+
 def test_item14_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Path) -> None:
     import socket
+
+    _import_mcp_outside_the_runner()
 
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
@@ -641,6 +651,7 @@ def test_item14_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Pat
 
 
 def test_item14_mcp_http_on_a_missing_index_fails_before_any_banner(tmp_path: Path) -> None:
+    _import_mcp_outside_the_runner()
     result = runner.invoke(app, ["mcp", "--transport", "http", "--index-dir", str(tmp_path / "nope")])
     assert result.exit_code == 2, (result.output, result.exception)
     assert "no index at" in result.stderr and "MCP streamable HTTP on" not in result.stderr
