@@ -80,6 +80,17 @@ def _result(state: dict[str, Any]) -> AgentResult:
     return result
 
 
+def _check_question(question: object) -> None:
+    """A clear error for a question that is not text (``ask(42)``, ``ask(b"...")``): without it the
+    agent fails deep inside with an AttributeError that names no argument."""
+    if not isinstance(question, str):
+        hint = " (decode bytes first: question.decode('utf-8'))" if isinstance(question, bytes | bytearray) else ""
+        raise ConfigError(
+            f"ask: argument 'question' must be a str, got {type(question).__name__}{hint}; "
+            "pass the question text, e.g. ask('which ... ?', bundle=bundle)"
+        )
+
+
 def ask(
     question: str,
     *,
@@ -89,6 +100,7 @@ def ask(
     run_config: RunnableConfig | None = None,
 ) -> AgentResult:
     """Answer one question: the ranked k + k' context with provenance and an answer message."""
+    _check_question(question)
     graph = _agent_for(bundle, config, chat_model)
     with bundle.pinned():  # one build per question, checked once (not per attribute access)
         return _result(graph.invoke({"question": question}, run_config))
@@ -102,6 +114,7 @@ async def aask(
     chat_model: BaseChatModel | None = None,
     run_config: RunnableConfig | None = None,
 ) -> AgentResult:
+    _check_question(question)
     graph = _agent_for(bundle, config, chat_model)
     with bundle.pinned():  # the context (and so the pin) follows the awaited tasks
         return _result(await graph.ainvoke({"question": question}, run_config))

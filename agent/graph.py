@@ -90,6 +90,10 @@ _SUB_STAGES = frozenset({"total", "call_planner", "run_tools", "observe"})
 #: Context items the answer message lists.
 ANSWER_ITEMS = 5
 
+#: Tool error types that mean the graph store failed the call (recorded in ``degraded``), as opposed
+#: to errors in the planner's input (unknown schema, syntax, too many rows) that it is told to fix.
+STORE_FAILURES = frozenset({"store_unavailable", "store_error", "timeout", "internal"})
+
 
 def settings(base: AgentConfig, config: RunnableConfig | None) -> AgentConfig:
     """The graph's config with this call's ``configurable`` overrides."""
@@ -579,6 +583,9 @@ class AgentGraph:
             result = parse_result(name, getattr(message, "artifact", None) or message.content)
             if isinstance(result, ToolError) and result.error.type == "store_unavailable":
                 degraded.append(f"tool {name}: graph store unavailable: {result.error.message}")
+            elif isinstance(result, ToolError) and result.error.type in STORE_FAILURES:
+                # the store failed the call (not the planner's input): the answer lacks what it would have found
+                degraded.append(f"tool {name} failed ({result.error.type}): {result.error.message}")
             added = merge_observation(pool, result, self.bundle, owned)
             explicit = explicit or (result is not None and result.explicit_edges and added > 0)
             error = result.error.model_dump() if isinstance(result, ToolError) else None

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from evals.bench import AnswerCoverage, Bench, check_answers, load_bench
 from evals.compare import compare_runs, render_comparison
@@ -23,7 +22,7 @@ from evals.report import METRIC_LABELS, RUN_FILE, RunInfo, read_run_info, write_
 from evals.runner import run_method
 from graphs.errors import ConfigError, SKBError
 from graphs.manifest import atomic_write_json, atomic_write_text
-from graphs.progress import print_table
+from graphs.progress import print_error, print_table, print_text
 
 eval_app = typer.Typer(
     name="eval",
@@ -71,7 +70,7 @@ def known_keys(bundle: Any) -> Any:
 
 
 def _fail(exc: SKBError) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+    print_error(console, exc)
     return typer.Exit(code=2)
 
 
@@ -137,14 +136,15 @@ def _write_run_info(out: Path, bench: Bench, limit: int | None, index_dir: Path,
 
 def _print_coverage(coverage: AnswerCoverage | None) -> None:
     if coverage is None:
-        console.print("[yellow]warning:[/] the index exposes no SKB; answer keys were not checked")
+        print_error(console, "the index exposes no SKB; answer keys were not checked", label="warning:", style="yellow")
         return
     if coverage.unknown_count:
-        console.print(
-            f"[yellow]warning:[/] {coverage.unknown_count} of {coverage.n_answer_keys} answer keys are not in the "
+        print_error(
+            console,
+            f"{coverage.unknown_count} of {coverage.n_answer_keys} answer keys are not in the "
             f"index (e.g. {', '.join(coverage.unknown_examples[:5])}); {len(coverage.all_unknown_questions)} "
             "questions have no answer in the index. They are kept and score as misses; see report.md.",
-            soft_wrap=True,
+            label="warning:", style="yellow",
         )
 
 
@@ -192,19 +192,19 @@ def run_eval(
         for name in methods:
             retriever = make_method(name, bundle, **routed[name])
             summary = run_method(retriever, bench.questions, out, workers=workers, known=keys, progress=progress)
-            console.print(f"{name}: ran {summary.ran}, skipped {summary.skipped} finished, errors {summary.errors} "
-                          f"-> {summary.results_path}")
+            print_text(console, f"{name}: ran {summary.ran}, skipped {summary.skipped} finished, "
+                       f"errors {summary.errors} -> {summary.results_path}")
             if summary.errors:
-                console.print(f"[yellow]warning:[/] {name}: {summary.errors} questions failed and score as misses "
-                              f"(rerun the same command to retry them); first: {escape(summary.first_error or '')}",
-                              soft_wrap=True, markup=True, highlight=False)
+                print_error(console, f"{name}: {summary.errors} questions failed and score as misses "
+                            f"(rerun the same command to retry them); first: {summary.first_error or ''}",
+                            label="warning:", style="yellow")
     finally:
         close = getattr(bundle, "close", None)
         if callable(close):
             close()
     metrics = write_report(out, question_ids=[q.id for q in bench.questions], n_resamples=resamples, seed=seed)
     _print_summary(metrics)
-    console.print(f"report: {out / 'report.md'}")
+    print_text(console, f"report: {out / 'report.md'}")
     return metrics
 
 
@@ -216,8 +216,8 @@ def _run_from_options(
     missing = [flag for flag, value in (("--bench", bench), ("--index-dir", index_dir), ("--out", out))
                if value is None]
     if missing:
-        console.print(f"[bold red]error:[/] missing {', '.join(missing)}; e.g. skb eval run --bench "
-                      "../shared/bench/hpo_cases_dev.csv --index-dir .skb/hpo --method bm25 --out runs/dev")
+        print_error(console, f"missing {', '.join(missing)}; e.g. skb eval run --bench "
+                    "../shared/bench/hpo_cases_dev.csv --index-dir .skb/hpo --method bm25 --out runs/dev")
         raise typer.Exit(code=2)
     assert bench is not None and index_dir is not None and out is not None
     try:
@@ -248,7 +248,7 @@ def main(
     """Evaluate methods; `skb eval --bench ...` is short for `skb eval run --bench ...`."""
     if ctx.invoked_subcommand is not None:
         if bench is not None or index_dir is not None or method or out is not None:
-            console.print("[bold red]error:[/] put run options after the subcommand, e.g. skb eval run --bench ...")
+            print_error(console, "put run options after the subcommand, e.g. skb eval run --bench ...")
             raise typer.Exit(code=2)
         return
     if bench is None and index_dir is None and out is None and not method:
@@ -291,7 +291,7 @@ def report_command(
     except SKBError as exc:
         raise _fail(exc) from None
     _print_summary(metrics)
-    console.print(f"report: {out / 'report.md'}")
+    print_text(console, f"report: {out / 'report.md'}")
 
 
 @eval_app.command("compare")
@@ -308,7 +308,7 @@ def compare_command(
     except SKBError as exc:
         raise _fail(exc) from None
     text = render_comparison(comparisons)
-    out_console.print(text, markup=False, highlight=False, soft_wrap=True)
+    print_text(out_console, text)
     if out is not None:
         if out.suffix == ".json":
             atomic_write_json(out, [c.model_dump() for c in comparisons])
@@ -324,7 +324,7 @@ def methods_command() -> None:
             options = ", ".join(method_options(name))
         except ImportError:
             options = "(module not installed)"
-        out_console.print(f"{name}: {options}", markup=False, highlight=False, soft_wrap=True)
+        print_text(out_console, f"{name}: {options}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ columns). When stdout is not a terminal we print plain, aligned, never-wrapped c
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +30,34 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
+
+# Control characters (C0 except tab and newline, DEL, C1) and the invisible bidirectional
+# overrides/isolates that reorder what a terminal shows.
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def terminal_text(value: object) -> str:
+    """``value`` as inert terminal text: control and escape characters shown visibly as ``\\xNN``
+    (``\\uNNNN`` for bidi overrides), tab and newline kept, lone surrogates replaced.
+
+    Why: node names, questions, paths and error messages may come from a graph or a user; an ESC or
+    OSC sequence printed raw clears, recolours or retitles the user's terminal. Every command that
+    prints goes through this (``print_text`` / ``print_error`` / ``print_table`` below); Rich markup
+    is never interpreted in such text (they hand Rich a ``Text`` object, not a markup string)."""
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = re.sub("[\ud800-\udfff]", "\ufffd", text)
+    if not _TERMINAL_UNSAFE.search(text):
+        return text
+    return _TERMINAL_UNSAFE.sub(_visible, text)
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -148,8 +177,36 @@ def stdout_is_terminal() -> bool:
     return _is_tty(sys.stdout)
 
 
-def _clean(cell: str) -> str:
-    return " ".join(str(cell).split())
+def _clean(cell: object) -> str:
+    return " ".join(terminal_text(cell).split())
+
+
+def safe_text(value: object, style: str = "") -> Text:
+    """``value`` as a Rich ``Text``: control characters made visible (`terminal_text`) and Rich markup
+    shown literally, never interpreted (a ``[/]`` in a node name neither crashes nor styles)."""
+    return Text(terminal_text(value), style=style)
+
+
+def print_text(console: Console, *parts: object, style: str = "") -> None:
+    """Print untrusted text (data, arguments, error messages) on one logical line, soft-wrapped.
+
+    ``parts`` are joined by a space; a ``(text, style)`` tuple styles one part (e.g. ``("error:",
+    "bold red")``). The one place every command prints data through, so no field can drive the
+    terminal or Rich."""
+    line = Text(style=style)
+    for i, part in enumerate(parts):
+        if i:
+            line.append(" ")
+        if isinstance(part, tuple):
+            line.append_text(safe_text(part[0], str(part[1])))
+        else:
+            line.append_text(safe_text(part))
+    console.print(line, soft_wrap=True, highlight=False)
+
+
+def print_error(console: Console, message: object, *, label: str = "error:", style: str = "bold red") -> None:
+    """``error: <message>`` with the message inert (it may quote a node name, a path or a question)."""
+    print_text(console, (label, style), message)
 
 
 def print_table(
@@ -164,14 +221,15 @@ def print_table(
     """A rich table on a terminal; plain aligned columns (never wrapped) otherwise.
 
     ``plain`` forces the choice (None: plain when stdout is not a terminal). Cells are single-line.
+    Titles and cells are data: control characters are shown visibly and Rich markup is never interpreted.
     """
     use_plain = (not stdout_is_terminal()) if plain is None else plain
     if not use_plain:
-        table = Table(title=title)
+        table = Table(title=safe_text(title))
         for col in columns:
-            table.add_column(col, justify="right" if col in right else "left")
+            table.add_column(safe_text(col), justify="right" if col in right else "left")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(safe_text(cell) for cell in row))
         console.print(table)
         return
     cells = [[_clean(c) for c in columns]] + [[_clean(c) for c in row] for row in rows]

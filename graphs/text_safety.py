@@ -43,3 +43,4 @@ def block_json(obj: Any) -> str:
     JSON that decodes to the same strings), so no value can close the block early."""
     text = json.dumps(obj, ensure_ascii=False, default=str)
     return clean_text(text).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+

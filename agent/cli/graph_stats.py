@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from graphs.errors import ConfigError, SKBError
-from graphs.progress import ProgressReporter, print_table
+from graphs.progress import ProgressReporter, print_error, print_table, print_text
 
 graph_app = typer.Typer(help="Similarity-graph (SAGE) tools.", no_args_is_help=True)
 console = Console(soft_wrap=True)
@@ -94,7 +94,7 @@ def stats_command(
             report = collect_stats(bundle, pcts, logics, knn=knn, fields=field_map, out_dir=out_dir,  # type: ignore[arg-type]
                                    progress=progress)
     except SKBError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        print_error(err_console, exc)
         raise typer.Exit(code=2) from None
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
@@ -105,8 +105,8 @@ def stats_command(
     print_table(console, f"SAGE similarity edges (kNN {report.knn}) -- {report.index_dir}", cols, rows, right=cols)
     fields_line = "; ".join(f"{lab}: {', '.join(fs)} ({report.nodes.get(lab, 0):,} nodes)"
                             for lab, fs in report.fields.items())
-    console.print(f"fields: {fields_line}", highlight=False)
-    console.print(f"candidate pairs: {sum(report.candidate_pairs.get(lab, 0) for lab in report.fields):,}; "
-                  f"time: {report.timings_s}", highlight=False)
+    print_text(console, f"fields: {fields_line}")
+    print_text(console, f"candidate pairs: {sum(report.candidate_pairs.get(lab, 0) for lab in report.fields):,}; "
+               f"time: {report.timings_s}")
     if report.histogram_png:
-        console.print(f"degree histograms: {report.histogram_png}", highlight=False)
+        print_text(console, f"degree histograms: {report.histogram_png}")

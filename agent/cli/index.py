@@ -14,7 +14,7 @@ from rich.console import Console
 from graphs.embedding.embedder import DEFAULT_EMBEDDER
 from graphs.errors import SKBError
 from graphs.loaders import DATASETS
-from graphs.progress import ProgressReporter, print_table
+from graphs.progress import ProgressReporter, print_error, print_table, print_text
 from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ err_console = Console(stderr=True)
 
 def fail(exc: SKBError) -> typer.Exit:
     """SKBErrors are user errors: print the message (it names the fix), no traceback."""
-    err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    print_error(err_console, exc)
     return typer.Exit(code=2)
 
 
@@ -105,7 +105,7 @@ def index_command(
                 profile, config,
             )
             if not force and _reusable(index_dir, fingerprint):
-                console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+                print_text(console, f"index at {index_dir} is up to date (use --force to rebuild)")
                 return
             with ProgressReporter(quiet=quiet) as progress:
                 skb, config.source = read_source(source, progress=lambda d, t: progress("read", d, t))
@@ -116,7 +116,7 @@ def index_command(
             if profile is not None:  # a changed profile must rebuild
                 fingerprint = _fingerprint(fingerprint, profile, config)
             if not force and _reusable(index_dir, fingerprint):
-                console.print(f"index at {index_dir} is up to date (use --force to rebuild)")
+                print_text(console, f"index at {index_dir} is up to date (use --force to rebuild)")
                 return
             t0 = time.perf_counter()
             with ProgressReporter(quiet=quiet) as progress:
@@ -142,8 +142,7 @@ def index_command(
         rows.append(["edges", "IS_SIMILAR", f"{summary.similarity_edges:,}"])
     print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
-    console.print(f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB",
-                  soft_wrap=True)
+    print_text(console, f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
 
 
 def _neo4j_source(
@@ -295,8 +294,8 @@ def verify_command(
         size = sum((index_dir / rel).stat().st_size for rel in [*manifest.files, *manifest.data_files])
     except SKBError as exc:
         raise fail(exc) from exc
-    console.print(f"index at {index_dir}: {n} files ({size / 1e6:.1f} MB) match the manifest "
-                  f"({time.perf_counter() - t0:.1f}s)", soft_wrap=True)
+    print_text(console, f"index at {index_dir}: {n} files ({size / 1e6:.1f} MB) match the manifest "
+               f"({time.perf_counter() - t0:.1f}s)")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from graphs.errors import SKBError
-from graphs.progress import print_table
+from graphs.progress import print_error, print_table, print_text
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -31,7 +31,7 @@ err_console = Console(stderr=True)
 
 def _fail(exc: SKBError) -> typer.Exit:
     """User errors print their message (it names the fix) and exit 2, without a traceback."""
-    err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    print_error(err_console, exc)
     return typer.Exit(code=2)
 
 
@@ -52,11 +52,31 @@ def _startup_heap() -> Iterator[None]:
 
 
 def _run_config(index_dir: Path, trace: bool | None) -> RunnableConfig:
-    """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on."""
+    """Callbacks for this call: the local tracer (`skb trace` reads it) when tracing is on.
+
+    A trace database that cannot be opened (damaged, foreign, on a full disk) does not stop the
+    answer: the question runs untraced and stderr says why and what to do."""
     from agent.tracing.tracer import callbacks_for  # langsmith's tracer types: only `ask` pays for them
 
-    callbacks = callbacks_for(index_dir, enabled=trace)
+    try:
+        callbacks = callbacks_for(index_dir, enabled=trace)
+    except SKBError as exc:
+        print_text(err_console, ("trace not recorded:", "yellow"), exc)
+        return {}
     return {"callbacks": callbacks, "run_name": "skb ask"} if callbacks else {}
+
+
+def _flush_traces(run_config: RunnableConfig) -> None:
+    """Wait for the trace rows (`skb trace` right after `skb ask` must see the finished run) and say
+    on stderr if any could not be written, instead of dropping the trace without a word."""
+    callbacks = run_config.get("callbacks")
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        flush = getattr(callback, "flush", None)
+        if callable(flush):
+            flush()
+        errors = list(getattr(callback, "errors", None) or [])
+        if errors:
+            print_text(err_console, ("trace not recorded:", "yellow"), errors[-1])
 
 
 @app.command("ask")
@@ -130,11 +150,7 @@ def ask_command(
         with bundle:
             run_config = _run_config(index_dir, trace)
             result = ask(question, bundle=bundle, config=config, run_config=run_config)
-            callbacks = run_config.get("callbacks")
-            for callback in callbacks if isinstance(callbacks, list) else []:
-                flush = getattr(callback, "flush", None)
-                if callable(flush):
-                    flush()  # `skb trace` right after `skb ask` must see the finished run
+            _flush_traces(run_config)
     except SKBError as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -144,7 +160,7 @@ def ask_command(
              "; ".join(dict.fromkeys(f"{p.tool}@{p.step}" for p in item.provenance))] for item in result.context]
     print_table(console, f"context for: {question}", ["rank", "key", "type", "name", "score", "origin", "provenance"],
                 rows, right=["rank", "score"])
-    console.print(result.answer, markup=False, highlight=False, soft_wrap=True)
+    print_text(console, result.answer)
     notes = [f"steps {result.steps}", f"tool calls {result.tool_calls}", f"{result.timings_ms.get('total', 0):.0f} ms"]
     if result.llm_calls:
         notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens)")
@@ -159,11 +175,11 @@ def ask_command(
     if result.rerank is not None:
         notes.append(f"rerank {result.rerank.get('mode')}: {result.rerank.get('calls', 0)} call(s)"
                      + (", order changed" if result.rerank.get("changed") else ""))
-    console.print(", ".join(notes), style="dim", soft_wrap=True)
+    print_text(console, ", ".join(notes), style="dim")
     for note in result.degraded:
-        err_console.print(f"[yellow]degraded:[/] {note}", markup=True, highlight=False, soft_wrap=True)
+        print_text(err_console, ("degraded:", "yellow"), note)
     for note in result.notes:
-        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        print_text(err_console, "note:", note)
 
 
 # -- commands registered by other packages ------------------------------------------------------

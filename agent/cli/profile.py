@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from graphs.errors import SKBError
+from graphs.progress import terminal_text
 
 profile_app = typer.Typer(help="Inspect and write domain profiles (induced from the data where not given).",
                           no_args_is_help=True)
@@ -24,7 +25,7 @@ _KEY = re.compile(r"^([A-Za-z0-9_\"'.-]+)\s*=")
 
 
 def _fail(exc: SKBError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+    typer.echo(terminal_text(f"error: {exc}"), err=True)
     return typer.Exit(code=2)
 
 
@@ -91,14 +92,14 @@ def induce_command(
               f"# Fields read from the data (edit any of them; what you write wins): {len(prof.induced)}.\n")
     text = header + render_profile(prof.model_dump(mode="json", exclude={"induced"}), prof.induced, marks=True)
     if out is None:
-        typer.echo(text, nl=False)
+        typer.echo(terminal_text(text), nl=False)  # names from the graph: never terminal control
         return
     try:
         atomic_write_text(out, text)
     except OSError as exc:
         raise _fail(SKBError(f"cannot write {out} ({exc}); choose a writable path")) from exc
-    typer.echo(f"wrote {out} ({len(prof.relations)} relations, {len(prof.labels)} labels, "
-               f"{len(prof.induced)} induced fields)")
+    typer.echo(terminal_text(f"wrote {out} ({len(prof.relations)} relations, {len(prof.labels)} labels, "
+                             f"{len(prof.induced)} induced fields)"))
 
 
 @profile_app.command("show")
@@ -114,4 +115,5 @@ def show_command(
         prof = profile_for(bundle.skb)
     except SKBError as exc:
         raise _fail(exc) from exc
-    typer.echo(render_profile(prof.model_dump(mode="json", exclude={"induced"}), prof.induced, marks=True), nl=False)
+    text = render_profile(prof.model_dump(mode="json", exclude={"induced"}), prof.induced, marks=True)
+    typer.echo(terminal_text(text), nl=False)

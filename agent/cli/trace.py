@@ -6,7 +6,6 @@ Registered by the main app as ``app.add_typer(trace_app, name="trace")``.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +19,7 @@ from rich.tree import Tree
 from agent.tracing.html import format_ms, tool_steps, write_trace_html
 from agent.tracing.tracer import TraceRun, TraceStore, default_trace_db
 from graphs.errors import SKBError
+from graphs.progress import print_error, print_text, terminal_text
 
 trace_app = typer.Typer(help="Inspect local traces of agent runs (LangSmith-style run trees).", no_args_is_help=True)
 
@@ -27,16 +27,12 @@ IndexDirOpt = Annotated[Path | None, typer.Option("--index-dir", help="index who
 DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database path (overrides --index-dir)")]
 
 
-_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def _plain(value: object) -> str:
     """A stored field as inert terminal text. A trace database may come from elsewhere: Rich markup in it
     would be interpreted (hyperlinks, or a crash on a stray closing tag) and ESC/CSI sequences would
     reach the terminal (retitle it, rewrite lines), so markup is escaped and control characters are
     shown as \\xNN."""
-    text = _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group(0)):02x}", str(value))
-    return escape(text)
+    return escape(terminal_text(value))
 
 
 def _open(index_dir: Path | None, db: Path | None) -> TraceStore:
@@ -45,7 +41,7 @@ def _open(index_dir: Path | None, db: Path | None) -> TraceStore:
 
 
 def _fail(exc: SKBError) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+    print_error(Console(stderr=True), exc)
     return typer.Exit(code=2)
 
 
@@ -85,7 +81,7 @@ def list_cmd(
         )
     Console().print(table)
     if not traces:
-        Console().print("no traces yet: run `skb ask ...` first")
+        print_text(Console(), "no traces yet: run `skb ask ...` first")
 
 
 def _duration(run: TraceRun) -> float | None:

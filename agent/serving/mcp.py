@@ -22,9 +22,10 @@ import json
 import logging
 import math
 import os
+import socket
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -46,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.serving.toolkit import SKBToolkit, tool_input_schema
 from graphs.errors import ConfigError, SKBError
+from graphs.progress import terminal_text
 from tools.results import parse_result
 
 log = logging.getLogger("skb.mcp")
@@ -340,6 +342,28 @@ def build_http_app(
     return app
 
 
+def bind_http(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says "serving": a busy port or a bad address is a
+    ConfigError naming it (exit 2), not a banner followed by uvicorn's own exit."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}; pass --host an address of this machine") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port, or stop the process "
+            "that uses it"
+        ) from exc
+    return sock
+
+
 def serve_http(
     server: Server[Any],
     host: str,
@@ -348,13 +372,18 @@ def serve_http(
     token: str | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    sock: socket.socket | None = None,
 ) -> None:
+    """Serve ``server`` over streamable HTTP on ``sock`` (bound by `bind_http` when None)."""
     import uvicorn
 
     app = build_http_app(
         server, host=host, token=token, max_sessions=max_sessions, session_idle_timeout=session_idle_timeout
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    sock = sock if sock is not None else bind_http(host, port)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 def run(
@@ -367,18 +396,28 @@ def run(
     token: str | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Open the index, serve until the client disconnects (stdio) or the process is stopped (http)."""
+    """Open the index, serve until the client disconnects (stdio) or the process is stopped (http).
+
+    ``on_ready`` runs once the index is open (and, for http, the port is bound): the place for a
+    "serving on ..." banner, which must never precede a failure to serve."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     if transport == "http" and token is None and not is_loopback(host):  # before opening the index
         build_http_app(Server(SERVER_NAME), host=host)  # raises the ConfigError that says what to do
     with SKBToolkit(index_dir, include_ask=include_ask) as toolkit:
         server = build_server(toolkit)
         if transport == "stdio":
+            if on_ready is not None:
+                on_ready()
             anyio.run(serve_stdio, server)
         elif transport == "http":
+            sock = bind_http(host, port)
+            if on_ready is not None:
+                on_ready()
             serve_http(
-                server, host, port, token=token, max_sessions=max_sessions, session_idle_timeout=session_idle_timeout
+                server, host, port, token=token, max_sessions=max_sessions, session_idle_timeout=session_idle_timeout,
+                sock=sock,
             )
         else:
             raise ConfigError(f"unknown --transport {transport!r}; use stdio or http")
@@ -414,6 +453,7 @@ def mcp_command(
         if transport not in ("stdio", "http"):
             raise ConfigError(f"unknown --transport {transport!r}; use stdio or http")
         token = None
+        banner: Callable[[], None] | None = None
         if transport == "http":
             token = load_token(token_file)
             if token_file is not None and token is not None and _readable_by_others(token_file):
@@ -421,11 +461,11 @@ def mcp_command(
             if token is None and not is_loopback(host):
                 build_http_app(Server(SERVER_NAME), host=host)  # raises the ConfigError that says what to do
             auth = "bearer token required" if token is not None else "no token: loopback only"
-            typer.echo(
-                f"MCP streamable HTTP on http://{host}:{port}{MCP_PATH} ({auth}; at most {max_sessions} sessions, "
-                f"idle ones closed after {session_idle_timeout:g} s)",
-                err=True,
-            )
+            line = (f"MCP streamable HTTP on http://{host}:{port}{MCP_PATH} ({auth}; at most {max_sessions} sessions, "
+                    f"idle ones closed after {session_idle_timeout:g} s)")
+
+            def banner() -> None:  # printed once the index is open and the port is bound
+                typer.echo(terminal_text(line), err=True)
         elif token_file is not None:
             raise ConfigError("--token-file applies to --transport http only (stdio has no network listener)")
         run(
@@ -437,9 +477,10 @@ def mcp_command(
             token=token,
             max_sessions=max_sessions,
             session_idle_timeout=session_idle_timeout,
+            on_ready=banner,
         )
     except SKBError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {terminal_text(exc)}", err=True)
         raise typer.Exit(code=2) from exc
 
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from agent.results import StageUsage
 from agent.tracing.tracer import TraceRun, TraceStore
+from graphs.errors import ConfigError
 from graphs.manifest import atomic_write_text
 from tools.results import Rows, parse_result
 
@@ -391,6 +392,12 @@ def write_trace_html(store: TraceStore, run_id: str, out: Path) -> Path:
     tree = store.get_tree(run_id)
     page = render_trace_html(tree, store.usage_by_stage(tree.trace_id) if tree.parent_run_id is None else None)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, page)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; name a file, e.g. {out / 'trace.html'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, page)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the trace page to {out} ({exc.strerror or exc}); "
+                          "pass --out PATH in a writable directory with free space") from exc
     return out

@@ -15,15 +15,17 @@ Public API: `LocalTracer` (the callback handler), `TraceStore` (the SQLite file)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import math
 import os
-import queue
 import sqlite3
 import threading
+import time
 import zlib
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,22 @@ MAX_DEPTH = 24
 MAX_PAYLOAD_CHARS = 400_000
 COMPRESS_OVER = 2_048
 _SCHEMA_VERSION = 1
+
+#: Retention of the trace database (checked when a writer opens it and every PRUNE_EVERY rows written):
+#: whole traces older than $SKB_TRACE_MAX_DAYS days go, then the oldest traces until the live data
+#: fits $SKB_TRACE_MAX_MB. 0 turns a limit off.
+MAX_MB_ENV = "SKB_TRACE_MAX_MB"
+MAX_DAYS_ENV = "SKB_TRACE_MAX_DAYS"
+DEFAULT_MAX_MB = 512.0
+DEFAULT_MAX_DAYS = 30.0
+PRUNE_EVERY = 2_000
+#: Bounds of the writer's queue: rows and (approximate) payload bytes waiting for SQLite.
+QUEUE_MAX_ROWS = 2_000
+QUEUE_MAX_BYTES = 32 * 1024 * 1024
+#: How long a traced call waits for room in a full queue before its row is dropped (and counted).
+QUEUE_WAIT_S = 0.5
+#: Size the WAL file is truncated to after each checkpoint.
+WAL_LIMIT_BYTES = 16 * 1024 * 1024
 
 
 class TraceNotFoundError(SKBError):
@@ -339,6 +357,126 @@ PRAGMA user_version = {_SCHEMA_VERSION};
 """
 
 
+def _db_fix(exc: BaseException) -> str:
+    """What to do about a trace database SQLite refused, by the kind of failure."""
+    text = str(exc).lower()
+    off = f"or turn tracing off ({TRACING_ENV}=0, or `skb ask --no-trace`)"
+    if "full" in text or "disk i/o" in text:
+        return f"free disk space there, point {TRACE_DB_ENV}=PATH at another disk, {off}"
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return (f"it is not a trace database or it is damaged: move it aside (the next traced run starts a new "
+                f"one), point {TRACE_DB_ENV}=PATH at another file, {off}")
+    return f"pass a readable and writable path ({TRACE_DB_ENV}=PATH, or --db for `skb trace`), {off}"
+
+
+def _env_number(name: str, default: float) -> float:
+    """A non-negative number from the environment; a bad value is a ConfigError naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}={raw!r} is not a number >= 0; unset it (default {default:g}) or write e.g. {default:g}")
+    return value
+
+
+def retention_from_env() -> tuple[float | None, float | None]:
+    """(max bytes, max age in days) of the trace database: $SKB_TRACE_MAX_MB and $SKB_TRACE_MAX_DAYS
+    (defaults 512 MB and 30 days; 0 turns a limit off)."""
+    mb = _env_number(MAX_MB_ENV, DEFAULT_MAX_MB)
+    days = _env_number(MAX_DAYS_ENV, DEFAULT_MAX_DAYS)
+    return (mb * 1024 * 1024 if mb else None), (days or None)
+
+
+class _RowQueue:
+    """The writer's queue, bounded in rows and payload bytes.
+
+    Why not ``queue.Queue()``: under concurrent questions the callbacks produced rows faster than one
+    SQLite writer stored them, and the unbounded queue grew a server to gigabytes. A full queue makes
+    the traced call wait up to ``wait_s`` (back-pressure); if it is still full the row is dropped and
+    counted, and until the writer takes its next batch, further rows that find it full are dropped at
+    once (a stuck writer must not slow every call by ``wait_s`` per row)."""
+
+    def __init__(self, max_rows: int, max_bytes: int, wait_s: float) -> None:
+        self.max_rows = max(1, max_rows)
+        self.max_bytes = max(1, max_bytes)
+        self.wait_s = wait_s
+        self._cond = threading.Condition()
+        self._rows: deque[tuple[dict[str, Any] | None, int]] = deque()
+        self._bytes = 0
+        self._busy = 0  # rows the writer has taken and not yet stored
+        self._shedding = False
+        self.dropped = 0
+        self.peak_rows = 0
+        self.peak_bytes = 0
+
+    def _full(self, size: int) -> bool:
+        return bool(self._rows) and (len(self._rows) >= self.max_rows or self._bytes + size > self.max_bytes)
+
+    def put(self, row: dict[str, Any], size: int) -> bool:
+        """Queue ``row``; False when it was dropped."""
+        with self._cond:
+            if self._shedding and self._full(size):
+                self.dropped += 1
+                return False
+            deadline = time.monotonic() + self.wait_s
+            while self._full(size):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._shedding = True
+                    self.dropped += 1
+                    return False
+                self._cond.wait(left)
+            self._rows.append((row, size))
+            self._bytes += size
+            self.peak_rows = max(self.peak_rows, len(self._rows))
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
+            self._cond.notify_all()
+            return True
+
+    def stop(self) -> None:
+        with self._cond:
+            self._rows.append((None, 0))
+            self._cond.notify_all()
+
+    def take(self) -> list[dict[str, Any] | None]:
+        """Everything queued (blocking while empty); call `done` once it is stored."""
+        with self._cond:
+            while not self._rows:
+                self._cond.wait()
+            batch = [row for row, _ in self._rows]
+            self._busy = len(batch)
+            self._rows.clear()
+            self._bytes = 0
+            if self._shedding:
+                self._shedding = False
+            self._cond.notify_all()
+            return batch
+
+    def done(self) -> None:
+        with self._cond:
+            self._busy = 0
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every queued row is stored; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._rows or self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+
+def _row_size(row: Mapping[str, Any]) -> int:
+    return 256 + sum(len(v) for v in row.values() if isinstance(v, str))
+
+
 class TraceStore:
     """The SQLite trace file. One connection guarded by a lock: callbacks arrive from LangGraph's
     worker threads, and concurrent `skb` processes are serialised by SQLite's own file locking."""
@@ -352,18 +490,24 @@ class TraceStore:
                     f"no trace database at {self.path}; run `skb ask ... --index-dir DIR` first "
                     f"(traces go to DIR/{DEFAULT_TRACE_FILE}) or pass --db PATH"
                 )
-            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            try:
+                self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise ConfigError(f"cannot read trace database {self.path}: {exc}; {_db_fix(exc)}") from exc
         else:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10.0)
+                self._conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: pruning frees disk
                 self._conn.execute("PRAGMA journal_mode=WAL")
+                # after a checkpoint the WAL file is cut back to this size: a prune that deletes 100 MB of
+                # traces would otherwise leave a WAL that size beside the database for good
+                self._conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.executescript(_DDL)
             except (OSError, sqlite3.Error) as exc:
                 raise ConfigError(
-                    f"cannot open trace database {self.path}: {exc}; pass a writable path "
-                    f"(--trace-db or {TRACE_DB_ENV}) or set {TRACING_ENV}=0"
+                    f"cannot open trace database {self.path}: {exc}; {_db_fix(exc)}"
                 ) from exc
         self._conn.row_factory = sqlite3.Row
 
@@ -380,8 +524,59 @@ class TraceStore:
             f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _COLUMNS if c != 'id')}"
         )
         with self._lock:
-            self._conn.executemany(sql, [[_pack(col, row.get(col)) for col in _COLUMNS] for row in rows])
-            self._conn.commit()
+            try:
+                self._conn.executemany(sql, [[_pack(col, row.get(col)) for col in _COLUMNS] for row in rows])
+                self._conn.commit()
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.rollback()
+                raise ConfigError(f"cannot write trace database {self.path}: {exc}; {_db_fix(exc)}") from exc
+
+    def size_bytes(self) -> int:
+        """Bytes of live data (pages in use); the file may be larger by the free pages SQLite reuses."""
+        with self._lock:
+            pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
+            free = self._conn.execute("PRAGMA freelist_count").fetchone()[0]
+            size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+
+    def prune(self, *, max_bytes: float | None, max_age_days: float | None, now: _dt.datetime | None = None) -> int:
+        """Delete whole traces older than ``max_age_days``, then the oldest traces until the live data
+        fits ``max_bytes`` (to 80 % of it, so pruning is not needed again at the next row); returns the
+        number of runs deleted. None or 0 turns a limit off.
+
+        Why: a server answering questions for weeks wrote 2 GB (200k runs) after ~10k questions."""
+        deleted = 0
+        by_trace = "DELETE FROM runs WHERE trace_id IN ({})"
+        with self._lock:
+            try:
+                if max_age_days:
+                    cutoff = _iso((now or _dt.datetime.now(_dt.UTC)) - _dt.timedelta(days=max_age_days))
+                    deleted += self._conn.execute(by_trace.format(
+                        "SELECT trace_id FROM runs WHERE parent_run_id IS NULL AND start_time < ?"), (cutoff,)).rowcount
+                for _ in range(8):  # each pass deletes the estimated excess; a few passes converge
+                    used = self.size_bytes() if max_bytes else 0
+                    if not max_bytes or used <= max_bytes:
+                        break
+                    roots = self._conn.execute("SELECT COUNT(*) FROM runs WHERE parent_run_id IS NULL").fetchone()[0]
+                    if not roots:
+                        break
+                    excess = 1.0 - 0.8 * max_bytes / used
+                    n = max(1, math.ceil(roots * excess))
+                    deleted += self._conn.execute(by_trace.format(
+                        "SELECT trace_id FROM runs WHERE parent_run_id IS NULL ORDER BY start_time LIMIT ?"), (n,)).rowcount
+                    self._conn.commit()
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page per result row: step them all
+                self._conn.commit()
+                if deleted:
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page per result row: step them all
+                    self._conn.commit()
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the deletes' WAL pages, given back
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.rollback()
+                raise ConfigError(f"cannot prune trace database {self.path}: {exc}; {_db_fix(exc)}") from exc
+        return deleted
 
     def close(self) -> None:
         with self._lock:
@@ -390,7 +585,10 @@ class TraceStore:
     # reading
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return list(self._conn.execute(sql, params).fetchall())
+            try:
+                return list(self._conn.execute(sql, params).fetchall())
+            except sqlite3.Error as exc:  # a foreign, damaged or unreadable file: say which, and what to do
+                raise ConfigError(f"cannot read trace database {self.path}: {exc}; {_db_fix(exc)}") from exc
 
     def resolve_id(self, run_id: str) -> str:
         """The full id of the run whose id starts or ends with ``run_id``. Run ids are UUIDv7, so runs
@@ -617,37 +815,58 @@ class LocalTracer(BaseTracer):
         self._stage_usage: dict[str, StageUsage] = {}
         self._counter_lock = threading.Lock()
         self.last_trace_id: str | None = None
+        #: The most recent write failures (the last MAX_ERRORS: a server may fail for hours).
         self.errors: list[str] = []
-        self._queue: queue.Queue[dict[str, Any] | None] | None = None
+        self.max_bytes, self.max_age_days = retention_from_env()
+        self._since_prune = 0
+        self._queue: _RowQueue | None = None
         self._writer: threading.Thread | None = None
+        self._prune()
         if background:
-            self._queue = queue.Queue()
+            self._queue = _RowQueue(QUEUE_MAX_ROWS, QUEUE_MAX_BYTES, QUEUE_WAIT_S)
             self._writer = threading.Thread(target=self._drain, name="skb-trace-writer", daemon=True)
             self._writer.start()
             atexit.register(self.close)
 
+    MAX_ERRORS = 50
+
+    def _error(self, message: str) -> None:
+        self.errors.append(message)
+        if len(self.errors) > self.MAX_ERRORS:
+            del self.errors[: len(self.errors) - self.MAX_ERRORS]
+
+    @property
+    def dropped(self) -> int:
+        """Rows dropped because the writer's queue stayed full (0 without a background writer)."""
+        return self._queue.dropped if self._queue is not None else 0
+
+    def _store_rows(self, rows: list[dict[str, Any]]) -> None:
+        try:
+            if rows:
+                self.store.upsert_many(rows)
+                self._since_prune += len(rows)
+                if self._since_prune >= PRUNE_EVERY:
+                    self._prune()
+        except Exception as exc:  # noqa: BLE001 -- keep the writer alive; report via .errors
+            self._error(str(exc) if isinstance(exc, SKBError) else f"{type(exc).__name__}: {exc}")
+
+    def _prune(self) -> None:
+        self._since_prune = 0
+        try:
+            self.store.prune(max_bytes=self.max_bytes, max_age_days=self.max_age_days)
+        except SKBError as exc:
+            self._error(str(exc))
+
     def _drain(self) -> None:
         assert self._queue is not None
         while True:
-            row = self._queue.get()
-            if row is None:  # close(): stop before interpreter teardown, not inside SQLite during it
-                self._queue.task_done()
-                return
-            batch: list[dict[str, Any] | None] = [row]
-            while True:  # write what has piled up in one transaction
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            rows = [r for r in batch if r is not None]
+            batch = self._queue.take()  # what has piled up, written in one transaction
             try:
-                if rows:
-                    self.store.upsert_many(rows)
-            except Exception as exc:  # noqa: BLE001 -- keep the writer alive; report via .errors
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self._store_rows([r for r in batch if r is not None])
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                self._queue.done()
+            if any(r is None for r in batch):  # close(): stop before interpreter teardown, not inside SQLite
+                return
 
     def flush(self) -> None:
         """Block until every run recorded so far is in the database."""
@@ -661,7 +880,7 @@ class LocalTracer(BaseTracer):
         if self._queue is None or writer is None or not writer.is_alive():
             return
         self.flush()
-        self._queue.put(None)
+        self._queue.stop()
         writer.join(timeout=10)
 
     # -- hooks from BaseTracer ---------------------------------------------------------------
@@ -722,11 +941,13 @@ class LocalTracer(BaseTracer):
                 "llm_call": int(run_type == "llm" and status != "running" and is_llm_call(run.extra)),
             }
             if self._queue is not None:
-                self._queue.put(row)
+                if not self._queue.put(row, _row_size(row)) and self._queue.dropped in (1, 10, 100, 1_000, 10_000):
+                    self._error(f"trace writer behind: {self._queue.dropped} run rows dropped so far "
+                                       f"(queue bound {QUEUE_MAX_ROWS} rows / {QUEUE_MAX_BYTES >> 20} MB)")
             else:
-                self.store.upsert(row)
+                self._store_rows([row])
         except Exception as exc:  # noqa: BLE001 -- tracing must never fail the agent call it observes
-            self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._error(f"{type(exc).__name__}: {exc}")
 
     # -- readers -----------------------------------------------------------------------------
     def usage_by_stage(self) -> dict[str, StageUsage]:

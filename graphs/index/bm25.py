@@ -15,6 +15,7 @@ carries no evidence and would only add noise to hybrid fusion.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -31,6 +32,10 @@ from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
 from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file, verify_checksums
 
 __all__ = ["BM25Index"]
+
+# bm25s sets its own logger to DEBUG at import, so "Building index from IDs objects" reached the
+# terminal whenever any handler was configured; our progress output says what is being built.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 IDS_FILE = "ids.json"
 _FORMAT = 1

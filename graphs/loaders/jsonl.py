@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from graphs.errors import LoaderError
 from graphs.manifest import atomic_write_bytes
 from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.names import NAME_FIX, name_problem
 from graphs.skb.profile import Profile, is_default, parse_profile
 
 try:  # optional speed-up; the format is plain JSON either way
@@ -175,6 +176,9 @@ def _edge(raw: Any, src: str, lineno: int) -> Edge:
         raise LoaderError(
             src, f"edge {s!r}->{d!r} has no 'rel'", record=f"line {lineno}", fix="give every edge a 'rel'"
         )
+    problem = name_problem(rel)
+    if problem:
+        raise LoaderError(src, f"edge {s!r}->{d!r} relation {rel!r} {problem}", record=f"line {lineno}", fix=NAME_FIX)
     props = obj.get("props")
     if props is None:
         props = {}
@@ -242,11 +246,12 @@ def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
     objs, lines = _parse(path)
     edges: list[Edge] = []
     append = edges.append
+    checked_rels: set[str] = set()  # relation names already checked by _edge (the first edge of each goes there)
     for i, obj in enumerate(objs):
         # fast path for the well-formed common case; anything odd goes through _edge
         if type(obj) is dict:
             s, r, d, p = obj.get("src"), obj.get("rel"), obj.get("dst"), obj.get("props")
-            if type(s) is str and type(d) is str and type(r) is str and r and s in nodes and d in nodes:
+            if type(s) is str and type(d) is str and type(r) is str and r in checked_rels and s in nodes and d in nodes:
                 if p is None:
                     append(Edge(s, r, d, {}))
                     continue
@@ -263,6 +268,7 @@ def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
                     record=f"line {lineno}",
                     fix=f"add node {end!r} to {nodes_name} or remove the edge",
                 )
+        checked_rels.add(edge.rel)
         append(edge)
     for edge in edges:
         skb.add_edge(edge)

@@ -25,6 +25,7 @@ from pathlib import Path
 from graphs.errors import LoaderError
 from graphs.skb.induce import merge
 from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.names import NAME_FIX, key_problem, name_problem
 from graphs.skb.profile import Profile, load_profile
 
 #: File names looked for when ``path`` is a directory.
@@ -48,9 +49,10 @@ def _resolve(path: Path) -> Path:
 def _lines(path: Path) -> list[str]:
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
+            with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
                 return fh.read().splitlines()
-        return path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a byte-order mark (Windows editors write one) must not become part of the first key
+        return path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise LoaderError(str(path), f"cannot read ({exc})", fix="the file must be UTF-8 text (gzip ok)") from exc
 
@@ -81,6 +83,14 @@ def read_triples(path: Path) -> list[tuple[str, str, str]]:
         if not head or not rel or not tail:
             raise LoaderError(str(path), f"empty field in {line[:80]!r}", record=f"line {lineno}",
                               fix="every triple needs a head, a relation and a tail")
+        problem = name_problem(rel)
+        if problem:
+            raise LoaderError(str(path), f"relation {rel!r} {problem}", record=f"line {lineno}", fix=NAME_FIX)
+        for end, name in (("head", head), ("tail", tail)):
+            problem = key_problem(name)
+            if problem:  # the name is the node's key
+                raise LoaderError(str(path), f"the {end} {name[:60]!r}... {problem}", record=f"line {lineno}",
+                                  fix="shorten the name (node keys are names in a triples file)")
         triple = (head, rel, tail)
         if triple not in seen:
             seen.add(triple)

@@ -214,6 +214,7 @@ class _Blob:
     """A read-only file of concatenated JSON objects, sliced through mmap (an empty file has no map)."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._data: mmap.mmap | bytes
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
@@ -223,10 +224,20 @@ class _Blob:
     def get(self, start: int, end: int) -> dict[str, Any]:
         if start == end:
             return {}
-        value = self._loads(self._data[start:end])
+        try:
+            value = self._loads(self._data[start:end])
+        except ValueError as exc:  # JSONDecodeError, orjson's and UnicodeDecodeError are ValueErrors
+            raise IndexCorruptError(self._damaged(start, end, f"not valid JSON ({exc})")) from exc
         if not isinstance(value, dict):
-            raise IndexCorruptError("a compact SKB props record is not a JSON object")
+            raise IndexCorruptError(self._damaged(start, end, "not a JSON object"))
         return value
+
+    def _damaged(self, start: int, end: int, what: str) -> str:
+        """The file, the bytes and the two commands: this damage is past the sampled check at open."""
+        index_dir = self.path.parents[2]  # <index>/skb/compact/<blob>
+        return (f"{self.path}: the record at bytes {start}-{end} is {what}: the file is damaged; check the index "
+                f"with `skb verify --index-dir {index_dir}` and rebuild it with `skb index --force --index-dir "
+                f"{index_dir}` (same --dataset and --data as before)")
 
 
 class _NodeMap(Mapping[str, Node]):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from graphs.errors import LoaderError
+from graphs.skb.names import NAME_FIX, key_problem, name_problem
 
 Direction = Literal["out", "in"]
 
@@ -183,11 +184,16 @@ class SKB:
         #: The domain profile (graphs.skb.profile.Profile) the SKB was loaded with, if any;
         #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
         self.profile: Any = None
+        self._checked_labels: set[str] = set()
 
     # -- building -------------------------------------------------------------
     def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
         if not node.key:
             raise LoaderError(source, "node has an empty key", record=record, fix="give every node a non-empty 'key'")
+        problem = key_problem(node.key)
+        if problem:
+            raise LoaderError(source, f"node key {node.key[:60]!r}... {problem}", record=record,
+                              fix="use a short unique id as the key")
         if node.key in self.nodes:
             other = self.nodes[node.key]
             raise LoaderError(
@@ -196,6 +202,12 @@ class SKB:
                 record=record,
                 fix="node keys must be unique across all labels; prefix them by type if needed",
             )
+        if node.label not in self._checked_labels:
+            problem = name_problem(node.label)
+            if problem:
+                raise LoaderError(source, f"label {node.label!r} of node {node.key!r} {problem}", record=record,
+                                  fix=NAME_FIX)
+            self._checked_labels.add(node.label)
         ntype = self.node_types.get(node.label)
         if ntype is None:
             ntype = self.node_types[node.label] = NodeType(label=node.label)
@@ -209,7 +221,12 @@ class SKB:
         self._out = self._in = None
 
     def validate(self, source: str = "<memory>") -> None:
-        """Refuse dangling edges: a store would silently drop them."""
+        """Refuse dangling edges (a store would silently drop them) and relation names no store can hold."""
+        for rel in {edge.rel for edge in self.edges}:
+            problem = name_problem(rel)
+            if problem:
+                first = next(i for i, e in enumerate(self.edges) if e.rel == rel)
+                raise LoaderError(source, f"relation {rel!r} {problem}", record=f"edge {first}", fix=NAME_FIX)
         for i, edge in enumerate(self.edges):
             for end in (edge.src, edge.dst):
                 if end not in self.nodes:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from graphs.errors import LoaderError
+from graphs.skb.names import NAME_FIX, name_problem
 
 if TYPE_CHECKING:
     from graphs.skb.model import SKB
@@ -67,6 +68,23 @@ if TYPE_CHECKING:
 MAX_EXEMPLARS = 50
 _SIGNATURE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*->\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _STEP = re.compile(r"^([<>])([A-Za-z_][A-Za-z0-9_.:-]*)$")
+
+
+class _BadName(ValueError):
+    """A label or relation name no store can hold; carries the name so the file's line can be found."""
+
+    def __init__(self, what: str, name: str, problem: str) -> None:
+        super().__init__(f"{what} {name!r} {problem}; {NAME_FIX}")
+        self.name = name
+
+
+def _check_names(names: Any, what: str) -> Any:
+    for name in names if isinstance(names, list | dict) else [names]:
+        if isinstance(name, str):
+            problem = name_problem(name)
+            if problem:
+                raise _BadName(what, name, problem)
+    return names
 
 
 class _Strict(BaseModel):
@@ -197,6 +215,16 @@ class Profile(_Strict):
     """Fields filled from the data rather than written by the user (``graphs.skb.induce``), as dotted
     paths (``relations.directed_by``, ``labels.Year.words``, ``planner.relation_paths``)."""
 
+    @field_validator("default_label", "label_precedence", "literal_labels", "labels")
+    @classmethod
+    def _label_names(cls, value: Any) -> Any:
+        return _check_names(value, "label")
+
+    @field_validator("relations")
+    @classmethod
+    def _relation_names(cls, value: Any) -> Any:
+        return _check_names(value, "relation")
+
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
         for i, ex in enumerate(self.exemplars):
@@ -224,15 +252,35 @@ def _first_error(exc: ValidationError) -> str:
     return f"field {where}: {err['msg']}"
 
 
-def parse_profile(data: Any, source: str = "<profile>") -> Profile:
-    """Validate profile data; the error names the first bad field."""
+def _line_of(text: str | None, exc: ValidationError) -> str | None:
+    """``line N`` of the profile file where the first error's bad name (or its field) is written."""
+    if not text:
+        return None
+    err = exc.errors()[0]
+    cause = (err.get("ctx") or {}).get("error")
+    needles: list[str] = []
+    if isinstance(cause, _BadName):
+        needles += [cause.name, json.dumps(cause.name)[1:-1], cause.name.encode("unicode_escape").decode("ascii")]
+    needles += [str(p) for p in reversed(err["loc"]) if isinstance(p, str)]
+    lines = text.splitlines()
+    for needle in needles:
+        for lineno, line in enumerate(lines, 1):
+            if needle and needle in line:
+                return f"line {lineno}"
+    return None
+
+
+def parse_profile(data: Any, source: str = "<profile>", text: str | None = None) -> Profile:
+    """Validate profile data; the error names the first bad field (and its line, given the file's ``text``)."""
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
+        bad_name = isinstance((exc.errors()[0].get("ctx") or {}).get("error"), _BadName)
         raise LoaderError(
             source,
             f"invalid profile: {_first_error(exc)}",
-            fix="see the profile format in graphs/skb/profile.py (e.g. metaqa.toml)",
+            record=_line_of(text, exc),
+            fix=NAME_FIX if bad_name else "see the profile format in graphs/skb/profile.py (e.g. metaqa.toml)",
         ) from exc
 
 
@@ -252,7 +300,7 @@ def load_profile(path: Path) -> Profile:
     except (ValueError, UnicodeDecodeError) as exc:
         raise LoaderError(src, f"the profile is not valid {path.suffix.lstrip('.') or 'TOML'} ({exc})",
                           fix="fix the syntax at the position named") from exc
-    return parse_profile(data, src)
+    return parse_profile(data, src, raw.decode("utf-8", "replace"))
 
 
 def packaged_profile(name: str) -> Profile | None:

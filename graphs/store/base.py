@@ -270,7 +270,9 @@ class CypherStore(GraphStore):
                 if created is not None and created != len(rows):
                     raise StoreError(
                         f"loaded {created} of {len(rows)} {rel} edges ({src_label}->{dst_label}); some endpoint keys "
-                        "did not match a node (duplicate or missing keys); run skb.validate() and rebuild"
+                        "did not match a node (a key missing from the nodes, or one the store cannot index); check "
+                        "the input (the loaders refuse duplicate, missing and over-long keys with file and line) "
+                        "and rebuild with `skb index --force`"
                     )
             self._after_load()
             self._invalidate()

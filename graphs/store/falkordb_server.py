@@ -30,8 +30,10 @@ import hashlib
 import json
 import os
 import queue
+import re
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -417,6 +419,23 @@ class FalkorDBServer:
         with self._redis() as conn:
             conn.save()
 
+    def save_failure(self, exc: BaseException) -> str:
+        """Why SAVE failed, from the server's log (the reply itself is often empty), with the free space
+        of the data dir; the reason is quoted, not only pointed at, because a failed build deletes the
+        temporary directory that holds the log."""
+        lines = [_strip_log_prefix(ln.strip()) for ln in self._log_tail(4000).splitlines() if ln.strip()]
+        saving = [ln for ln in lines if any(s in ln.lower() for s in ("saving", "save", "rdb", "temp db", "write error"))]
+        reason = "; ".join(dict.fromkeys(ln[:200] for ln in saving[-3:])) or str(exc).strip() or type(exc).__name__
+        try:
+            free = shutil.disk_usage(self.data_dir).free
+        except OSError:
+            free = -1
+        full = "no space left" in reason.lower() or "disk quota" in reason.lower() or 0 <= free < (1 << 20)
+        where = f"{self.data_dir} ({free / 1e6:,.1f} MB free)" if free >= 0 else str(self.data_dir)
+        fix = ("the disk is full: free space there (or build the index on another disk) and run the build again"
+               if full else "check that the directory is writable and has free space, then run the build again")
+        return f"FalkorDB could not save the graph to {where}: {reason}; {fix}"
+
     def stop(self, timeout_s: float = 60.0) -> None:
         """SHUTDOWN SAVE a server we started (kill it if it hangs); detach from one we only attached to."""
         with self._lock:
@@ -576,6 +595,23 @@ class FalkorDBServer:
             "MAX_QUEUED_QUERIES", str(MAX_QUEUED_QUERIES),
         ]  # fmt: skip
 
+    def _exit_message(self, code: int, tail: str) -> str:
+        """Why the server exited while starting, in a few lines: a damaged graph dump names the dump,
+        `skb verify` and the rebuild command (the raw log stays in the log file)."""
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        rdb = [ln for ln in lines if any(s in ln for s in _RDB_FAILURES)]
+        if rdb:
+            reasons = [ln for ln in rdb if "->" in ln or "checksum" in ln.lower() or "short read" in ln.lower()]
+            reason = _strip_log_prefix((reasons or rdb)[-1])[:240]
+            index_dir = self.data_dir.parent
+            fix = (f"check the index with `skb verify --index-dir {index_dir}` and rebuild it with "
+                   f"`skb index --force --index-dir {index_dir}` (same --dataset and --data as before)"
+                   if (index_dir / "manifest.json").is_file() else "restore or rebuild it")
+            return (f"FalkorDB could not load the graph dump {self.data_dir / 'dump.rdb'} ({reason}): the file is "
+                    f"damaged; {fix}; server log: {self.log_path}")
+        last = "; ".join(_strip_log_prefix(ln)[:240] for ln in lines[-3:])
+        return f"FalkorDB exited with code {code} while starting for {self.data_dir}: {last}; see {self.log_path}"
+
     def _log_tail(self, chars: int = 1500) -> str:
         try:
             return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
@@ -615,10 +651,7 @@ class FalkorDBServer:
                 tail = self._log_tail()
                 if "Address already in use" in tail[-400:]:
                     raise _PortInUse(f"port {port} was taken while FalkorDB started")
-                raise StoreUnavailableError(
-                    f"FalkorDB exited with code {code} while starting for {self.data_dir}; "
-                    f"see {self.log_path}. Log tail:\n{tail}"
-                )
+                raise StoreUnavailableError(self._exit_message(code, tail))
             try:
                 conn = connect(port, password, socket_timeout=2.0, socket_connect_timeout=1.0)
                 try:
@@ -650,6 +683,17 @@ class FalkorDBServer:
         with _STARTED_LOCK:
             _STARTED.add(self)
         _hook_sigterm()
+
+
+#: Log lines of a server that refused its dump file.
+_RDB_FAILURES = ("RDB ERROR DETECTED", "rdb file reading failure", "Internal error in RDB", "Wrong RDB checksum",
+                 "Short read", "Bad file format", "Can't handle RDB format")
+_LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
+
+
+def _strip_log_prefix(line: str) -> str:
+    """A redis log line without its ``pid:role date time level`` prefix."""
+    return _LOG_PREFIX.sub("", line)
 
 
 def limit_data_memory(pid: int, headroom: int) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,10 @@ __all__ = ["FalkorDBServer", "FalkorDBStore"]
 
 class _GraphMissingError(StoreError):
     """The graph key does not exist yet: internal reads treat it as an empty graph."""
+
+
+class _SlowReadError(StoreError):
+    """An internal read outlived READ_FIRST_WAIT_S on a server that still answers PINGs: retried in full."""
 
 
 #: Value types the client already returns as plain Python (checked by exact type: the common case,
@@ -69,6 +74,20 @@ QUERY_GRACE_S = 3.0
 FalkorDB starts its timeout after parsing and checks it between records only, so a query can hold
 a server thread longer than its limit; the caller gets QueryTimeoutError after timeout + grace
 instead of waiting up to timeout_max (10 min)."""
+
+PING_TIMEOUT_S = 1.0
+"""How long a PING may take before a server that let a query time out counts as frozen, not slow."""
+
+SUSPECT_S = 30.0
+"""After a frozen verdict, calls PING first (PING_TIMEOUT_S) for this long instead of each waiting
+out a full query timeout against a server that does not answer."""
+
+READ_FIRST_WAIT_S = 5.0
+"""How long an internal read (key lookups, neighbours, counts) waits before the server is PINGed:
+a frozen server is then named within seconds, not after the 10-minute ceiling of a long read. A
+server that answers the PING only had a slow read, which is retried without the short wait."""
+
+_QUICK_POOL = -1  # key of the internal-read pool in _tool_dbs (socket timeout READ_FIRST_WAIT_S)
 
 _TOOL_POOLS_MAX = 4
 """Distinct model-query timeouts that keep their own connection pool (the tool uses one or two)."""
@@ -109,6 +128,7 @@ class FalkorDBStore(CypherStore):
         self._tool_dbs: dict[int, FalkorDB] = {}
         self.max_concurrent_queries = max(1, self.server.thread_count - 1)
         self._query_slots = threading.BoundedSemaphore(self.max_concurrent_queries)
+        self._suspect_until = 0.0
         self.server.start()
         self._connect()
 
@@ -128,14 +148,16 @@ class FalkorDBStore(CypherStore):
         self._tool_dbs.clear()
 
     def _tool_graph(self, timeout_ms: int) -> Any:
-        """The graph handle on the model-query pool for this timeout (socket timeout = timeout + grace)."""
+        """The graph handle on the model-query pool for this timeout (socket timeout = timeout + grace);
+        ``_QUICK_POOL``: the internal reads' pool (socket timeout READ_FIRST_WAIT_S)."""
         with self._lock:
             self._graph()  # (re)start and (re)connect first: a new port drops the old pools
             db = self._tool_dbs.get(timeout_ms)
             if db is None:
                 if len(self._tool_dbs) >= _TOOL_POOLS_MAX:
                     self._close_tool_pools()
-                db = self.server.client(socket_timeout=timeout_ms / 1000 + QUERY_GRACE_S)
+                socket_s = READ_FIRST_WAIT_S if timeout_ms == _QUICK_POOL else timeout_ms / 1000 + QUERY_GRACE_S
+                db = self.server.client(socket_timeout=socket_s)
                 self._tool_dbs[timeout_ms] = db
             return db.select_graph(self.graph_name)
 
@@ -161,15 +183,59 @@ class FalkorDBStore(CypherStore):
             f"the next call restarts it; if this persists see {self.server.log_path}"
         )
 
+    def _responsive(self) -> bool:
+        """Whether the server answers a PING within PING_TIMEOUT_S (on a fresh connection)."""
+        try:
+            conn = self.server.connection(socket_timeout=PING_TIMEOUT_S)
+        except (StoreError, redis.RedisError, OSError):
+            return False
+        try:
+            return bool(conn.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            with contextlib.suppress(redis.RedisError, OSError):
+                conn.close()
+
+    def _frozen(self) -> StoreUnavailableError:
+        """The error for a server that accepts connections but answers nothing (stopped with SIGSTOP,
+        swapped out, wedged): it names the store and what to do, not the query."""
+        self._suspect_until = time.monotonic() + SUSPECT_S
+        pid = self.server.pid
+        return StoreUnavailableError(
+            f"graph store FalkorDB at {HOST}:{self.server.port} (pid {pid}) for {self.data_dir} is not answering "
+            f"(not even a PING within {PING_TIMEOUT_S:g} s): its process is stopped, frozen or overloaded; "
+            f"resume it (kill -CONT {pid}) or end it (kill {pid}: the next call restarts it), or re-open the index; "
+            f"log: {self.server.log_path}"
+        )
+
     def _run(
-        self, cypher: str, params: dict[str, Any] | None, *, read_only: bool, timeout_ms: int, model: bool = False
+        self,
+        cypher: str,
+        params: dict[str, Any] | None,
+        *,
+        read_only: bool,
+        timeout_ms: int,
+        model: bool = False,
+        quick: bool = False,
     ) -> Any:
-        graph = self._tool_graph(timeout_ms) if model else self._graph()
+        if self._suspect_until > time.monotonic():
+            if not self._responsive():
+                raise self._frozen()
+            self._suspect_until = 0.0
+        if model:
+            graph = self._tool_graph(timeout_ms)
+        else:
+            graph = self._tool_graph(_QUICK_POOL) if quick else self._graph()
         try:
             if read_only:
                 return graph.ro_query(cypher, params, timeout=int(timeout_ms))
             return graph.query(cypher, params, timeout=int(timeout_ms))
         except redis.TimeoutError as exc:
+            if not self._responsive():  # the server, not the query: say so, and fail fast for a while
+                raise self._frozen() from exc
+            if quick:
+                raise _SlowReadError("internal read slower than the first wait") from exc
             if not model:
                 raise self._unavailable(exc) from exc
             raise QueryTimeoutError(
@@ -232,7 +298,7 @@ class FalkorDBStore(CypherStore):
         try:
             self.server.save()
         except redis.RedisError as exc:
-            raise StoreError(f"FalkorDB SAVE after load failed: {exc}; see {self.server.log_path}") from exc
+            raise StoreError(self.server.save_failure(exc)) from exc
 
     @property
     def max_timeout_ms(self) -> int:
@@ -257,10 +323,12 @@ class FalkorDBStore(CypherStore):
 
     def _read(self, cypher: str, params: dict[str, Any] | None = None, timeout_ms: int | None = None) -> list[Any]:
         """Internal read (fixed, trusted text): RO_QUERY without the guard's tokenizer cost."""
+        timeout_ms = timeout_ms or self.server.timeout_max_ms
         try:
-            result = self._run(
-                cypher, params or {}, read_only=True, timeout_ms=timeout_ms or self.server.timeout_max_ms
-            )
+            try:
+                result = self._run(cypher, params or {}, read_only=True, timeout_ms=timeout_ms, quick=True)
+            except _SlowReadError:  # the server answers PINGs: a slow read, given its full time now
+                result = self._run(cypher, params or {}, read_only=True, timeout_ms=timeout_ms)
         except _GraphMissingError:
             return []
         return list(result.result_set or [])
