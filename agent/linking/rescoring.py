@@ -1,0 +1,107 @@
+"""Re-scoring a described clause's shortlist: every phrase of a candidate, and the words it shares with them.
+
+Why: a clause in the speaker's own words ("an eye bulging forward from the face") is compared with one
+vector per name, synonym and definition sentence, and its nearest *single* phrase is often a neighbour
+of the right term (a sibling whose name happens to be close), while the right term is close on several
+of its phrases at once and shares the clause's content words across its synonyms and definition
+("Bulging eye", "protruding anterior to the plane of the face"). So each candidate of the clause's
+embedding shortlist is scored jointly:
+
+- a soft maximum over *all* its phrase similarities (``temperature * log sum exp(sim / temperature)``):
+  equal to the best phrase when one phrase stands out, a little above it when several agree;
+- plus ``lexical_weight`` times the share of the clause's content words (reduced to their roots, so
+  *bulging* meets *bulge*) that occur anywhere in the candidate's names, synonyms and definitions;
+
+counted as a shortfall against the shortlist's best coverage, so the result stays on the cosine scale the
+clause thresholds use (the candidate covering most words keeps its phrase similarity; one covering fewer
+loses ``lexical_weight`` per share it lacks).
+On the benchmark's paraphrased development cases the gold term is the clause's first candidate for
+0.606 of the clauses with the best phrase alone and 0.709 with this score (report in the README).
+
+Nothing here knows a domain: the phrases are the profile's vocabulary names, synonyms and definition
+fields (``graphs.index.phrases.node_phrases``), the word roots English morphology
+(``graphs.skb.language.root``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from graphs.index.hybrid import content_words
+from graphs.index.phrases import node_phrases
+from graphs.skb.language import root
+
+if TYPE_CHECKING:
+    from graphs.skb.model import SKB
+
+#: Node word sets kept per process (a bound: a long-running server sees many nodes).
+MAX_CACHED_NODES = 20_000
+
+
+def words(text: str) -> frozenset[str]:
+    """Content words of ``text`` reduced to their roots (one-letter words and numbers kept as they are)."""
+    return frozenset(root(w) for w in content_words(text))
+
+
+class NodeWords:
+    """The root words of each vocabulary node's phrases, computed on first use and kept in a bounded LRU."""
+
+    def __init__(self, skb: SKB, limit: int = MAX_CACHED_NODES) -> None:
+        self.skb = skb
+        self.limit = limit
+        self._cache: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str) -> frozenset[str]:
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                self._cache.move_to_end(key)
+                return found
+        found = frozenset().union(*(words(text) for _, text in node_phrases(self.skb, key))) if key in self.skb.nodes else frozenset()
+        with self._lock:
+            self._cache[key] = found
+            while len(self._cache) > self.limit:
+                self._cache.popitem(last=False)
+        return found
+
+
+def coverage(clause: frozenset[str], node: frozenset[str]) -> float:
+    """Share of the clause's words found in the node's words (0.0 for a clause with no content word)."""
+    return len(clause & node) / len(clause) if clause else 0.0
+
+
+def soft_max(sims: np.ndarray, temperature: float) -> float:
+    """``temperature * log(sum(exp(sims / temperature)))``, computed stably; the plain max at temperature 0."""
+    if sims.size == 0:
+        return 0.0
+    best = float(sims.max())
+    if temperature <= 0:
+        return best
+    return best + temperature * math.log(float(np.exp((sims - best) / temperature).sum()))
+
+
+def rescore(
+    clause: str,
+    hits: Sequence[tuple[str, Sequence[float]]],
+    node_words: NodeWords,
+    *,
+    lexical_weight: float,
+    temperature: float,
+) -> list[tuple[str, float]]:
+    """The shortlist ``hits`` (key, cosines of its phrases near the clause) re-scored jointly, best first."""
+    if not hits:
+        return []
+    clause_words = words(clause)
+    dense = [soft_max(np.asarray(sims, dtype=np.float64), temperature) for _, sims in hits]
+    lexical = [coverage(clause_words, node_words(key)) if lexical_weight > 0 else 0.0 for key, _ in hits]
+    top = max(lexical)
+    scored = [(key, d - lexical_weight * (top - lex)) for (key, _), d, lex in zip(hits, dense, lexical)]
+    scored.sort(key=lambda kv: -kv[1])
+    return scored
