@@ -172,6 +172,21 @@ class AgentConfig(BaseModel):
         description="a described clause's exact names give way to its paraphrase candidates only when one of them "
         "reaches this cosine (or they include the names); weaker candidates mean the clause is question wording",
     )
+    clause_rescore_pool: int = Field(
+        default=30, ge=0, le=200,
+        description="nearest terms of a described clause re-scored jointly over all their phrases and the words "
+        "they share with the clause before the candidates are chosen (agent.linking.rescoring); 0: the nearest "
+        "single phrase decides, as before",
+    )
+    clause_lexical_weight: float = Field(
+        default=0.4, ge=0.0, le=10.0,
+        description="weight of the share of a clause's content words (by root) found in a candidate's names, "
+        "synonyms and definitions, beside its phrase similarity, in re-scoring",
+    )
+    clause_phrase_temperature: float = Field(
+        default=0.05, ge=0.0, le=1.0,
+        description="soft maximum over a candidate's phrase similarities in re-scoring (0: its best phrase)",
+    )
     frequency_mix: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="share of annotation-frequency-weighted matches in ontology scoring; None: the domain "
@@ -218,6 +233,9 @@ class AgentConfig(BaseModel):
             definition_match=self.clause_definition_match,
             definition_coverage=self.clause_definition_coverage,
             name_confidence=self.clause_name_confidence,
+            rescore_pool=self.clause_rescore_pool,
+            lexical_weight=self.clause_lexical_weight,
+            phrase_temperature=self.clause_phrase_temperature,
         )
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:

@@ -19,3 +19,6 @@ class ClauseSettings:
     definition_match: bool = True
     definition_coverage: float = 0.75
     name_confidence: float = 0.6
+    rescore_pool: int = 30
+    lexical_weight: float = 0.4
+    phrase_temperature: float = 0.05

@@ -103,6 +103,35 @@ def phrase_entries(skb: SKB) -> Iterator[tuple[str, PhraseKind, str]]:
                 yield node.key, kind, text
 
 
+def node_phrases(skb: SKB, key: str) -> list[tuple[PhraseKind, str]]:
+    """(kind, text) of one vocabulary node's phrases, as ``phrase_entries`` lists them (empty for other nodes).
+
+    Why a second function: ``phrase_entries``' source is part of the stored definition table's digest, so
+    it stays as it is; this one serves query-time re-scoring (``agent.linking.rescoring``), one node at a time.
+    """
+    from graphs.skb.profile import profile_for
+
+    node = skb.nodes.get(key)
+    linking = profile_for(skb).linking
+    if node is None or node.label not in set(linking.vocabulary_labels):
+        return []
+    ntype = skb.node_types.get(node.label)
+    items: list[tuple[PhraseKind, str]] = [("name", node.name)]
+    if ntype is not None and ntype.synonym_field:
+        items.extend(("synonym", s) for s in _as_list(node.props.get(ntype.synonym_field)))
+    for fld in linking.definition_fields:
+        for text in _as_list(node.props.get(fld)):
+            items.extend(("definition", s) for s in definition_sentences(text))
+    out: list[tuple[PhraseKind, str]] = []
+    seen: set[str] = set()
+    for kind, text in items:
+        text = " ".join(text.split())
+        if text and text.lower() not in seen:
+            seen.add(text.lower())
+            out.append((kind, text))
+    return out
+
+
 class PhraseIndex:
     """An hnswlib graph over phrase vectors, with the node key and kind of each row."""
 
@@ -110,6 +139,29 @@ class PhraseIndex:
         self.graph = graph
         self.keys = keys
         self.kinds = kinds
+
+    def search_phrases(self, queries: np.ndarray, k: int, pool: int) -> list[list[tuple[str, list[float]]]]:
+        """Per query row, the ``k`` best nodes by their best phrase, each with the cosines of all its phrases
+        among the ``pool`` nearest phrases (best first).
+
+        Why not every phrase of each node: reading vectors back out of the graph costs ~25 us a row, and a
+        phrase outside the nearest ``pool`` is far enough below the best that a soft maximum hardly sees it.
+        """
+        q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        if not len(self.keys) or not len(q):
+            return [[] for _ in range(len(q))]
+        ids, dists = self.graph.knn_query(q, k=min(len(self.keys), max(pool, k)))
+        out: list[list[tuple[str, list[float]]]] = []
+        for row_ids, row_d in zip(ids, dists):
+            sims: dict[str, list[float]] = {}
+            for i, d in zip(row_ids.tolist(), row_d.tolist()):
+                key = self.keys[int(i)]
+                if key in sims:
+                    sims[key].append(1.0 - float(d))
+                elif len(sims) < k:
+                    sims[key] = [1.0 - float(d)]
+            out.append(sorted(sims.items(), key=lambda kv: -kv[1][0]))
+        return out
 
     def __len__(self) -> int:
         return len(self.keys)
