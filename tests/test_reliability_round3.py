@@ -159,12 +159,16 @@ def test_item03_stray_closing_tags_in_arguments_and_data_never_crash(
 
 
 def test_item03_bracketed_fix_text_is_not_swallowed(tmp_path: Path) -> None:
-    kb, profile = write_graph(tmp_path, "Sprocket 1|painted_by|Maker 2\n")
-    result = runner.invoke(app, ["index", "--dataset", "triples", "--data", str(kb), "--profile", str(profile),
+    # a schema.json that is not an object: the fix quotes the expected form, brackets and all
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "nodes.jsonl").write_text('{"key": "a", "label": "Widget", "props": {"name": "a"}}\n', encoding="utf-8")
+    (data / "schema.json").write_text("[1, 2]", encoding="utf-8")
+    result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(data),
                                  "--index-dir", str(tmp_path / "idx"), "-q"])
-    assert result.exit_code == 2
+    assert result.exit_code == 2, result.output + result.stderr
     flat = " ".join(result.stderr.split())
-    assert "add [relations.<name>] with signature" in flat
+    assert '"node_types": [...]' in flat
 
 
 # -- item 5: the Python API names a bad argument ---------------------------------------------
