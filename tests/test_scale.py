@@ -4,6 +4,7 @@ the stored scoring models linear in the graph's size."""
 from __future__ import annotations
 
 import gzip
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -120,3 +121,26 @@ def test_closure_budget_is_exact_and_tolerates_cycles() -> None:
     cycle = [[1], [2], [0]]
     assert closure_within(cycle, 9)
     assert MAX_MEAN_ANCESTORS >= 64  # real taxonomies (HPO: 11.3 on average, 43 at most) stay hierarchies
+
+
+def test_scale_report_marks_growth_faster_than_linear(tmp_path: Path) -> None:
+    from evals.scale.report import load_rows, plots, table
+
+    def row(nodes: int, hnsw_s: float) -> dict[str, object]:
+        lat = {"p50_ms": 1.0, "p95_ms": 2.0, "n": 5}
+        return {"graph": {"nodes": nodes, "edges": nodes * 10},
+                "build": {"timings_s": {"load": nodes / 1e4, "hnsw": hnsw_s}, "wall_s": 1.0 + nodes / 1e4,
+                          "peak_rss_mib": {"load": 100.0}, "peak_rss_mib_max": 100.0, "size_bytes": nodes * 3000,
+                          "parts_mib": {"skb": 1.0}, "cpu_s": {"load": 1.0}, "cpu_s_total": 1.0},
+                "latency": {"open_ms": 1.0, "search_bm25": lat, "search_vss": lat, "search_hybrid": lat,
+                            "agent_first_ms": 5.0, "agent": lat, "agent_hit1": 0.5}}
+
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in (row(10_000, 1.0), row(100_000, 100.0), row(10_000, 2.0)))
+                       + "\n")
+    rows = load_rows(results)
+    assert [r["graph"]["nodes"] for r in rows] == [10_000, 100_000]  # the last row per size wins
+    text = table(rows)
+    assert "| build load (s) | 1.0 | 10.0 | 1.00 |" in text  # linear
+    assert "| build hnsw (s) | 2.0 | 100.0 | 1.70 |" in text  # n^1.7: faster than the graph grows
+    assert set(plots(rows)) == {"build_time.png", "peak_rss.png", "index_size.png", "latency.png"}

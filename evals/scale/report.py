@@ -56,6 +56,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         if any(not math.isnan(v) for v in values):
             add(f"build {stage} (s)", values, ".1f")
     add("build wall, whole process (s)", [float(r["build"]["wall_s"]) for r in rows], ".1f")
+    if all("cpu_s" in r["build"] for r in rows):
+        add("build CPU, whole process (s)", [float(r["build"]["cpu_s_total"]) for r in rows], ".1f")
+        for stage in sorted({s for r in rows for s in r["build"]["cpu_s"]}, key=lambda s: (s not in STAGES, s)):
+            add(f"  CPU during {stage} (s)", [float(r["build"]["cpu_s"].get(stage, nan)) for r in rows], ".1f")
     add("peak RSS, build + graph server (MiB)", [float(r["build"]["peak_rss_mib_max"]) for r in rows], ",.0f")
     stages_rss = sorted({s for r in rows for s in r["build"]["peak_rss_mib"]}, key=lambda s: (s not in STAGES, s))
     for stage in stages_rss:
@@ -111,7 +115,9 @@ def plots(rows: list[dict[str, Any]]) -> dict[str, bytes]:
     nan = float("nan")
     build = {s: [float(r["build"]["timings_s"].get(s, nan)) for r in rows] for s in STAGES}
     build = {s: v for s, v in build.items() if any(not math.isnan(x) and x > 0.05 for x in v)}
-    build["whole build"] = [float(r["build"]["wall_s"]) for r in rows]
+    build["whole build (wall)"] = [float(r["build"]["wall_s"]) for r in rows]
+    if all("cpu_s" in r["build"] for r in rows):
+        build["whole build (CPU)"] = [float(r["build"]["cpu_s_total"]) for r in rows]
     rss = {s: [float(r["build"]["peak_rss_mib"].get(s, nan)) for r in rows]
            for s in sorted({s for r in rows for s in r["build"]["peak_rss_mib"]})}
     size = {p: [float(r["build"]["parts_mib"].get(p, nan)) for r in rows]

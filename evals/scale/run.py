@@ -1,8 +1,8 @@
 """The scale curve: build an index of a generated graph at each size and measure what it costs.
 
-Per size: the build's wall time per stage (the build's own timings), peak RSS per stage (the build
-process and its children, the graph server included, sampled every 0.2 s and attributed to the
-stage its progress lines name), the index size per part, and warm query latency in one process
+Per size: the build's wall time per stage (the build's own timings), peak RSS and CPU seconds per
+stage (the build process and its children, the graph server included, sampled every 0.2 s and
+attributed to the stage its progress lines name), the index size per part, and warm query latency in one process
 (p50/p95 of ``bundle.search`` in each mode and of the offline agent, after one warm-up query).
 
     python -m evals.scale.run --sizes 10000,100000 --out evals/reports/scale
@@ -33,10 +33,16 @@ from evals.scale.generate import generate
 _STAGE = re.compile(r"^\[(\w+)\]")
 
 
-def _tree_rss_kib(root: int) -> int:
-    """RSS of ``root`` and every descendant (by parent pid), in KiB, from /proc."""
+def _tree_usage(root: int) -> tuple[int, float]:
+    """RSS (KiB) and CPU seconds (user + system, waited-for children included) of ``root`` and every
+    descendant (by parent pid), from /proc.
+
+    Why CPU seconds: the machine these runs share has two cores and several users; wall time then
+    measures the neighbours as much as the build, while CPU time is the build's own cost."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    usage: dict[int, tuple[int, float]] = {}
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    ticks = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -44,17 +50,19 @@ def _tree_rss_kib(root: int) -> int:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 fields = fh.read().rsplit(b")", 1)[1].split()
             ppid, pages = int(fields[1]), int(fields[21])
+            cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
         except (OSError, IndexError, ValueError):
             continue
         pid = int(entry)
         children.setdefault(ppid, []).append(pid)
-        rss[pid] = pages * (os.sysconf("SC_PAGE_SIZE") // 1024)
-    total, todo = 0, [root]
+        usage[pid] = (pages * page_kib, cpu)
+    rss, cpu, todo = 0, 0.0, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        r, c = usage.get(pid, (0, 0.0))
+        rss, cpu = rss + r, cpu + c
         todo.extend(children.get(pid, []))
-    return total
+    return rss, cpu
 
 
 def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[str, Any]:
@@ -77,9 +85,14 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
+    cpu_by_stage: dict[str, float] = {}
+    last_cpu = 0.0
     while proc.poll() is None:
-        rss = _tree_rss_kib(proc.pid)
+        rss, cpu = _tree_usage(proc.pid)
         peaks[stage[0]] = max(peaks.get(stage[0], 0), rss)
+        if cpu > last_cpu:  # 0 once the process has exited between poll() and the read
+            cpu_by_stage[stage[0]] = cpu_by_stage.get(stage[0], 0.0) + cpu - last_cpu
+            last_cpu = cpu
         if time.perf_counter() - t0 > timeout_s:
             proc.kill()
             raise TimeoutError(f"build of {data} ran past {timeout_s:.0f} s")
@@ -92,6 +105,8 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     summary["peak_rss_mib"] = {k: round(v / 1024, 1) for k, v in peaks.items()}
     summary["peak_rss_mib_max"] = round(max(peaks.values(), default=0) / 1024, 1)
+    summary["cpu_s"] = {k: round(v, 2) for k, v in cpu_by_stage.items()}
+    summary["cpu_s_total"] = round(sum(cpu_by_stage.values()), 2)
     summary["parts_mib"] = {p.name: round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
                             for p in sorted(index_dir.iterdir()) if p.is_dir()}
     return summary
