@@ -26,7 +26,11 @@ install: $(STAMP)
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q graphs tools agent evals prompts
 
+# First answer early: the core stage (graph, statistics, BM25, store; no model) answers while the complete
+# index (node and phrase vectors) is built and swapped in; a complete index makes the core step a no-op.
 demo: $(STAMP) bytecode
+	$(BIN)/skb index --dataset hpo --index-dir $(INDEX_DIR) --stage core
+	$(BIN)/skb ask "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion and cutaneous syndactyly of toes?" --index-dir $(INDEX_DIR)
 	$(BIN)/skb index --dataset hpo --index-dir $(INDEX_DIR)
 	$(BIN)/skb search "seizures, microcephaly and global developmental delay" --index-dir $(INDEX_DIR) --mode hybrid --type Disease --k 10
 	$(BIN)/skb ask "Which rare disease is characterized by brachyturricephaly, proptosis, midface retrusion and cutaneous syndactyly of toes?" --index-dir $(INDEX_DIR)

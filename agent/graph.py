@@ -308,6 +308,9 @@ class AgentGraph:
         if not state.get("messages"):
             update["messages"] = [HumanMessage(question)]
         degraded: list[str] = []
+        partial = self.bundle.missing_note()  # a staged index before its later stages: say what is missing
+        if partial is not None:
+            degraded.append(partial)
         if cfg.max_entities > 0:
             linked = self.linker().link(
                 question, cfg.max_entities, clauses=cfg.clause_settings(), confidence_power=cfg.link_confidence_power

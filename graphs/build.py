@@ -59,6 +59,19 @@ class IndexConfig(BaseModel):
     """Where the SKB was read from when the graph stays there (``graphs.loaders.neo4j_source``: the
     database and the state it was read in, ``{"kind": "neo4j", "source": {...}, "state": {...}}``). With
     ``store="neo4j"`` the build then loads nothing into it: the index serves the live database."""
+    stage: Literal["core", "all"] = "all"
+    """``core``: everything that needs no model (the SKB and its stored statistics, BM25, the graph
+    store) in about a minute, so a first question is answered before the vectors exist; the index
+    records what it lacks (``Manifest.extra["missing"]``) and a later ``all`` build swaps in the
+    complete index as a new generation, which open bundles pick up (``IndexBundle`` reloads)."""
+
+
+#: What a ``core`` build leaves out, with what each part serves (shown to the user while it is missing).
+LATER_STAGES: dict[str, str] = {
+    "vectors": "node vectors: dense search, embedding links, dense ranking of SAGE",
+    "phrases": "phrase vectors: linking described clauses",
+    "similarity_edges": "similarity edges: SAGE expansion over similar nodes",
+}
 
 
 class BuildSummary(BaseModel):
@@ -238,22 +251,30 @@ def build_index(
         texts = [skb.node_text(k) for k in keys]
         timings["texts"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        cache_dir = config.cache_dir or default_cache_dir(index_dir)
-        embedder = get_embedder(config.embedder, cache_dir=cache_dir / "emb")
-        batch = max(1, config.embed_batch)
-        vectors = embed_all(embedder, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
-        timings["embed"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
         params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef)
-        report("hnsw", 0, 1)
-        hnsw = HNSWIndex.build(keys, labels, vectors, params)
         files: dict[str, str] = {}
-        for rel, digest in hnsw.save(tmp / "hnsw").items():
-            files[f"hnsw/{rel}"] = digest
-        report("hnsw", 1, 1)
-        timings["hnsw"] = time.perf_counter() - t0
+        missing: list[str] = []
+        batch = max(1, config.embed_batch)
+        cache_dir = config.cache_dir or default_cache_dir(index_dir)
+        embedder = get_embedder(config.embedder, cache_dir=cache_dir / "emb")  # opens no model until used
+        if config.stage == "core":
+            from graphs.index.phrases import phrase_entries
+
+            missing.append("vectors")
+            if next(iter(phrase_entries(skb)), None) is not None:
+                missing.append("phrases")
+        else:
+            t0 = time.perf_counter()
+            vectors = embed_all(embedder, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
+            timings["embed"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            report("hnsw", 0, 1)
+            hnsw = HNSWIndex.build(keys, labels, vectors, params)
+            for rel, digest in hnsw.save(tmp / "hnsw").items():
+                files[f"hnsw/{rel}"] = digest
+            report("hnsw", 1, 1)
+            timings["hnsw"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         report("bm25", 0, 1)
@@ -268,14 +289,18 @@ def build_index(
         from graphs.index.phrases import PHRASE_DIR, build_phrase_index
 
         t0 = time.perf_counter()
-        phrases = build_phrase_index(skb, embedder, batch=batch, progress=lambda d, t: report("phrases", d, t))
+        phrases = None
+        if config.stage != "core":
+            phrases = build_phrase_index(skb, embedder, batch=batch, progress=lambda d, t: report("phrases", d, t))
         if phrases is not None:
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest
             timings["phrases"] = time.perf_counter() - t0
 
         n_similar = 0
-        if config.similarity.percentile is not None:
+        if config.similarity.percentile is not None and config.stage == "core":
+            missing.append("similarity_edges")
+        elif config.similarity.percentile is not None:
             t0 = time.perf_counter()
             from graphs.sage.edges import build_similarity_edges
 
@@ -317,7 +342,8 @@ def build_index(
             files=files,
             data_files=data_files,
             generation=uuid.uuid4().hex,
-            extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store},
+            extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store,
+                   "missing": missing},
         )
         manifest.write(tmp)
         _swap_in(tmp, index_dir)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
-from graphs.errors import ConfigError, IndexNotFoundError
+from graphs.errors import ConfigError, IndexNotFoundError, StageMissingError
 from graphs.loaders import DATASETS
 from graphs.skb.model import SKB, GraphSchema, Node
 
@@ -124,6 +124,27 @@ class IndexBundle:
     @property
     def bm25(self) -> BM25Index:
         return self._current().bm25
+
+    @property
+    def missing(self) -> list[str]:
+        """Parts of a staged index not built yet (``IndexConfig.stage``): ``[]`` for a complete index.
+
+        Searches and the agent answer from what exists (a missing ``vectors`` part is an empty
+        HNSW index: dense lists are empty, so rankings are BM25's and the graph's); callers say so
+        with ``missing_note``. A complete build swapped in later is picked up like any rebuild."""
+        value = self.manifest.extra.get("missing") or []
+        return [str(part) for part in value] if isinstance(value, list) else []
+
+    def missing_note(self) -> str | None:
+        """One line naming what a partial index lacks and how to complete it; None when complete."""
+        missing = self.missing
+        if not missing:
+            return None
+        from graphs.build import LATER_STAGES
+
+        parts = "; ".join(LATER_STAGES.get(part, part) for part in missing)
+        return (f"partial index (stage core): not built yet -- {parts}; answers use the graph, its names and BM25. "
+                f"Complete it with the same `skb index` command without --stage core")
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
@@ -236,7 +257,10 @@ class IndexBundle:
         if verify:
             manifest.verify(index_dir)
         skb = _load_skb(index_dir, manifest)
-        hnsw = HNSWIndex.load(index_dir / "hnsw")
+        if "vectors" in (manifest.extra.get("missing") or []):
+            hnsw = HNSWIndex.empty(manifest.embedder.dim, manifest.hnsw)  # a staged index before its vectors
+        else:
+            hnsw = HNSWIndex.load(index_dir / "hnsw")
         bm25 = BM25Index.load(index_dir / "bm25")
         _check_artifacts(index_dir, manifest, skb, hnsw, bm25)
         return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store, stamp=stamp, verify=verify)
@@ -452,6 +476,11 @@ class IndexBundle:
         if mode == "bm25":
             ranked = self.bm25.search(text, k, label=label)
         elif mode == "vss":
+            if "vectors" in self.missing:
+                raise StageMissingError(
+                    f"the index at {self.index_dir} has no node vectors yet (built with --stage core), so dense "
+                    "search cannot run; use --mode bm25 or hybrid (BM25 until the vectors exist), or complete the "
+                    "index with the same `skb index` command without --stage core")
             ranked = self.hnsw.search(self.embedder.embed_query(text), k, label=label)
         elif mode == "hybrid" and fusion == "dice":
             ranked = self._dice_search(text, k, label, weight)
@@ -597,7 +626,8 @@ def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIn
         problems.append(f"counts.nodes is {manifest.counts.nodes} but skb/ holds {stats['nodes']}")
     if stats["edges"] != edges:
         problems.append(f"counts.edges is {edges} but skb/ holds {stats['edges']}")
-    if dict(by_label) != stats["nodes"] or len(bm25) != len(skb.nodes):
+    staged = "vectors" in (manifest.extra.get("missing") or []) and len(hnsw) == 0
+    if (dict(by_label) != stats["nodes"] and not staged) or len(bm25) != len(skb.nodes):
         problems.append(
             f"skb/ holds {len(skb.nodes)} nodes, hnsw/ {len(hnsw)} vectors and bm25/ {len(bm25)} documents"
         )

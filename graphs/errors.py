@@ -65,6 +65,10 @@ class IndexMismatchError(IndexError_):
     """The index was built with a different model, dimension or format version."""
 
 
+class StageMissingError(IndexError_):
+    """The index was built in stages and the part a request needs is not built yet."""
+
+
 class IndexCorruptError(IndexError_):
     """An index file fails its checksum or cannot be parsed."""
 

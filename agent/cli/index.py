@@ -67,6 +67,11 @@ def index_command(
         float | None, typer.Option(help="SAGE similarity edges kept above this percentile (e.g. 95)")
     ] = None,
     similarity_logic: Annotated[str, typer.Option(help="or | and across text fields")] = "or",
+    stage: Annotated[
+        str,
+        typer.Option(help="all | core (no model: the graph, its statistics, BM25 and the store, answering in about "
+                          "a minute; run again without it to add the vectors)"),
+    ] = "all",
     force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
     trust_pickle: Annotated[
         bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
@@ -87,11 +92,14 @@ def index_command(
             raise SKBError(f"unknown --store {store!r}; use falkordb, neo4j or none")
         if similarity_logic not in ("or", "and"):
             raise SKBError(f"unknown --similarity-logic {similarity_logic!r}; use or or and")
+        if stage not in ("all", "core"):
+            raise SKBError(f"unknown --stage {stage!r}; use all or core")
         config = IndexConfig(
             dataset=dataset,
             store=store,  # type: ignore[arg-type]
             embedder=embedder,
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
+            stage=stage,  # type: ignore[arg-type]
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         if source is not None:
@@ -104,7 +112,7 @@ def index_command(
                            sort_keys=True),
                 profile, config,
             )
-            if not force and _reusable(index_dir, fingerprint):
+            if not force and _reusable(index_dir, fingerprint, complete=stage == "all"):
                 print_text(console, f"index at {index_dir} is up to date (use --force to rebuild)")
                 return
             with ProgressReporter(quiet=quiet) as progress:
@@ -112,10 +120,11 @@ def index_command(
                 load_s = time.perf_counter() - t0
                 summary = build_index(skb, index_dir, config, progress=progress)
         else:
+            # the stage is not part of the inputs: a complete index serves a `--stage core` request as well
             fingerprint = _fingerprint(dataset, data, config)
             if profile is not None:  # a changed profile must rebuild
                 fingerprint = _fingerprint(fingerprint, profile, config)
-            if not force and _reusable(index_dir, fingerprint):
+            if not force and _reusable(index_dir, fingerprint, complete=stage == "all"):
                 print_text(console, f"index at {index_dir} is up to date (use --force to rebuild)")
                 return
             t0 = time.perf_counter()
@@ -196,7 +205,9 @@ def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
     """Identifies the inputs of a build so `make demo` reuses a cached index."""
     import hashlib
 
-    parts = [dataset, str(data.resolve()) if data else "", json.dumps(config.model_dump(mode="json"), sort_keys=True)]  # type: ignore[attr-defined]
+    settings = config.model_dump(mode="json")  # type: ignore[attr-defined]
+    settings.pop("stage", None)  # not an input: indexes built before stages existed keep their fingerprint
+    parts = [dataset, str(data.resolve()) if data else "", json.dumps(settings, sort_keys=True)]
     if data and data.exists():
         for path in sorted(data.rglob("*") if data.is_dir() else [data]):
             if path.is_file():
@@ -205,7 +216,8 @@ def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _reusable(index_dir: Path, fingerprint: str) -> bool:
+def _reusable(index_dir: Path, fingerprint: str, *, complete: bool = True) -> bool:
+    """An index of the same inputs exists (and, when ``complete``, has every stage)."""
     from graphs.manifest import Manifest
 
     stamp = index_dir / "manifest.json"
@@ -216,6 +228,8 @@ def _reusable(index_dir: Path, fingerprint: str) -> bool:
         manifest.verify(index_dir)
     except SKBError:
         return False
+    if complete and manifest.extra.get("missing"):
+        return False  # a staged index: this build adds what it lacks
     return _read_stamp(index_dir) == fingerprint
 
 
@@ -264,8 +278,11 @@ def search_command(
         t0 = time.perf_counter()
         hits = bundle.search(text, mode=mode, k=k, label=node_type, weight=weight, fusion=fusion)  # type: ignore[arg-type]
         elapsed = (time.perf_counter() - t0) * 1000
+        partial = bundle.missing_note()
     except SKBError as exc:
         raise fail(exc) from exc
+    if partial is not None:
+        err_console.print(f"note: {partial}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps({"query": text, "mode": mode, "fusion": fusion, "elapsed_ms": round(elapsed, 2),
                           "hits": [h.model_dump() for h in hits]}, indent=2))

@@ -567,7 +567,10 @@ class CachedEmbedder:
 
 
 # -- factory ----------------------------------------------------------------------------
-_SPEC_HELP = "use 'minilm[:<max tokens>][:int8|:torch]' (e.g. minilm:64) or 'openai:<model>'"
+_SPEC_HELP = (
+    "use 'minilm[:<max tokens>][:int8|:torch]' (e.g. minilm:64) or 'openai:<model>' "
+    "(or 'hash[:<dim>]', the fast deterministic embedder for scale runs only)"
+)
 
 
 def _minilm_from_spec(spec: str, options: list[str]) -> Embedder:
@@ -588,7 +591,8 @@ def _minilm_from_spec(spec: str, options: list[str]) -> Embedder:
 
 
 def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedder:
-    """``"minilm[:<max tokens>][:int8|:torch]"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY).
+    """``"minilm[:<max tokens>][:int8|:torch]"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY);
+    ``"hash[:<dim>]"`` is the feature-hashing embedder of scale runs (never a default; not cached).
 
     ``minilm`` runs on ONNX Runtime; ``:torch`` selects the sentence-transformers
     reference (same model name, same vectors); ``:int8`` the quantized ONNX variant.
@@ -600,6 +604,10 @@ def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedde
         inner = OpenAIEmbedder(name.split(":", 1)[1].strip())
     elif base.strip().lower() in ("minilm", MINILM_NAME.lower()):
         inner = _minilm_from_spec(spec, options)
+    elif base.strip().lower() == "hash":
+        from graphs.embedding.hashing import hash_from_spec
+
+        return hash_from_spec(spec, options)  # cheaper to recompute than to cache
     else:
         raise ConfigError(f"unknown embedder {spec!r} -- {_SPEC_HELP}")
     return CachedEmbedder(inner, cache_dir) if cache_dir is not None else inner

@@ -150,6 +150,16 @@ class HNSWIndex:
             by_label[label] = index
         return cls(list(keys), list(labels), dim, params, global_index, by_label)
 
+    @classmethod
+    def empty(cls, dim: int, params: HNSWParams | None = None) -> HNSWIndex:
+        """An index holding no vector: every search answers ``[]``.
+
+        Why: an index built in stages (``IndexConfig.stage = "core"``) is served before its vectors
+        exist; its consumers (dense search, entity linking's embedding fallback, SAGE ranking) then
+        rank by what exists instead of each checking for a missing part."""
+        params = params or HNSWParams()
+        return cls([], [], dim, params, cls._new_index(dim, 1, params, 100), {})
+
     @staticmethod
     def _new_index(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Index:
         index = hnswlib.Index(space="cosine", dim=dim)
