@@ -39,6 +39,7 @@ LITERAL_SHARE = 0.8
 _PREPOSITIONS = frozenset({"by", "in", "of", "for", "from", "with", "to", "on", "at", "into", "as", "about"})
 _NUMBER = re.compile(r"^[+-]?\d+([.,:/-]\d+)*$")
 _LABEL_OK = re.compile(r"[^A-Za-z0-9_]")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Roles:
@@ -210,6 +211,8 @@ def merge(given: Profile | None, triples: Sequence[tuple[str, str, str]] | None 
     literal = list(dict.fromkeys(rename.get(n, n) for n in literal))
     relations = dict(data.get("relations") or {})
     for rel, (head, tail) in sorted(sigs.items()):
+        if not (_IDENT.match(head) and _IDENT.match(tail)):
+            continue  # a signature names labels as identifiers: the planner reads this one from the data instead
         given_rel = base.relations.get(rel)
         auto = verbalise(rel)
         if given_rel is None:
