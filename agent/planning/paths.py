@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
-from graphs.skb.language import content_words, relation_words, root, singular
+from graphs.skb.language import FUNCTION_WORDS, content_words, relation_words, root, singular
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -50,8 +50,6 @@ _WORD = re.compile(r"[a-z0-9]+")
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
 _INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
-#: Commonest end nodes shown with a name-read relation's rendering (its values say what it means).
-EXAMPLE_VALUES = 3
 #: A question word names a relation by meaning when its embedding is this close to the relation's words ...
 MEANING_MIN_SIMILARITY = 0.30
 #: ... and closer by this much than to any other relation's words (single words embed noisily).
@@ -172,7 +170,6 @@ class PathPlanner:
             or f"relations.{rel}.aliases" in self.profile.induced
         )
         self._named_set = set(self._named_only)
-        self._example_text: dict[tuple[str, str], str] | None = None
         self._word_vecs: dict[str, np.ndarray] = {}
         self._rel_vecs: np.ndarray | None = None
         # words that carry no relation or entity: generic function words and the label words
@@ -281,7 +278,14 @@ class PathPlanner:
                 if not all(w in joins for w in words[prev_end:start]):
                     merged += 1
             counts[rel] = merged
-        pivots = sum(1 for w in _words(text) if w in _PIVOT_WORDS)
+        # pivot words in one run ("share the same", "also co-starred") are one pivot
+        pivots, previous = 0, False
+        for w in _words(text):
+            if w in _PIVOT_WORDS:
+                pivots += 0 if previous else 1
+                previous = True
+            elif w not in FUNCTION_WORDS:
+                previous = False
         return counts, pivots
 
     def meaning_mentions(self, text: str, found: Counter[str]) -> Counter[str]:
@@ -372,51 +376,10 @@ class PathPlanner:
         embedder = getattr(self.embedder, "inner", self.embedder)  # keep planner texts out of the index cache
         return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
 
-    def _examples(self) -> dict[tuple[str, str], str]:
-        """For relations whose phrases were read from their names: the commonest nodes at each end
-        (``(rel, "out")``: tails, ``(rel, "in")``: heads), as text. A relation's values say what it means
-        when its name is terse ("has_genre": Drama, Comedy, Documentary answers "what kind of ...")."""
-        if self._example_text is not None:
-            return self._example_text
-        counts: dict[tuple[str, str], Counter[str]] = {}
-        arrays = getattr(self.skb, "edge_arrays", None)
-        if callable(arrays):  # an index's memory-mapped SKB: count from its arrays
-            rels, rel_ids, src, dst = arrays()
-            keys = self.skb.node_keys()  # type: ignore[attr-defined]
-            for rid, rel in enumerate(rels):
-                if rel not in self._named_set:
-                    continue
-                mask = np.asarray(rel_ids) == rid
-                for direction, ends in (("out", np.asarray(dst)[mask]), ("in", np.asarray(src)[mask])):
-                    if len(ends):
-                        freq = np.bincount(ends)
-                        top = freq.argsort()[::-1][:EXAMPLE_VALUES]
-                        counts[(rel, direction)] = Counter({keys[int(i)]: int(freq[i]) for i in top})
-        else:
-            for edge in self.skb.edges:
-                if edge.rel in self._named_set:
-                    counts.setdefault((edge.rel, "out"), Counter())[edge.dst] += 1
-                    counts.setdefault((edge.rel, "in"), Counter())[edge.src] += 1
-        nodes = self.skb.nodes
-        self._example_text = {
-            end: ", ".join(nodes[k].name for k, _ in c.most_common(EXAMPLE_VALUES) if k in nodes)
-            for end, c in counts.items()
-        }
-        return self._example_text
-
-    def _render_text(self, path: RelPath) -> str:
-        text = render(path, self.profile)
-        last = path[-1]
-        if last.rel in self._named_set:
-            examples = self._examples().get((last.rel, last.direction))
-            if examples:
-                text = f"{text} ({examples})"
-        return text
-
     def _render_matrix(self, paths: Sequence[RelPath]) -> np.ndarray:
         missing = [p for p in paths if p not in self._render_vecs]
         if missing:
-            vecs = self._embed([self._render_text(p) for p in missing])
+            vecs = self._embed([render(p, self.profile) for p in missing])
             with self._lock:
                 for p, v in zip(missing, vecs):
                     self._render_vecs[p] = v
