@@ -82,7 +82,7 @@ def summary_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "questions": n,
         "ask_first": sum(r["first_tool"] == "ask" for r in rows),
         "first_tools": {
-            t: sum(r["first_tool"] == t for r in rows) for t in sorted({str(r["first_tool"]) for r in rows})
+            t: sum(str(r["first_tool"]) == t for r in rows) for t in sorted({str(r["first_tool"]) for r in rows})
         },
         "final_names_ask_top1": sum(r["final_names_ask_top1"] for r in rows),
         "ask_top1_correct": sum(r["ask_top1_correct"] for r in rows),
