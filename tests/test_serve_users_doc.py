@@ -70,7 +70,7 @@ def test_trace_block_and_trace_commands(doc_env: Path, tmp_path: Path) -> None:
 
 def test_toolkit_block(doc_env: Path) -> None:
     out = run_block("toolkit", doc_env).splitlines()
-    assert out[0] == "['semantic_search', 'search_nodes', 'cypher', 'ask']"
+    assert out[0] == "['ask', 'semantic_search', 'search_nodes', 'cypher']"
     assert out[1] == "HP:0002616 Aortic root aneurysm"
     assert out[2] == "['FBN1']"
 
@@ -80,4 +80,4 @@ def test_mcp_block(doc_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # the server is started as `python -m agent.serving.mcp`
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     out = run_block("mcp", doc_env).splitlines()
-    assert out == ["['semantic_search', 'search_nodes', 'cypher', 'ask']", "HP:0000520", "FBN1"]
+    assert out == ["['ask', 'semantic_search', 'search_nodes', 'cypher']", "HP:0000520", "FBN1"]

@@ -23,7 +23,7 @@ def tools(hpo_bundle: Any) -> dict[str, BaseTool]:
 
 
 def test_tools_in_stable_order_with_model_facing_schemas(tools: dict[str, BaseTool]) -> None:
-    assert list(tools) == ["semantic_search", "search_nodes", "cypher", "ask"]
+    assert list(tools) == ["ask", "semantic_search", "search_nodes", "cypher"]
     for tool in tools.values():
         schema = tool_input_schema(tool)
         assert schema["type"] == "object" and "title" not in schema
@@ -59,7 +59,11 @@ def test_ask_tool_runs_the_whole_agent_and_traces_it(hpo_bundle: Any, tmp_path: 
     tracer = LocalTracer(tmp_path / "t.sqlite")
     toolkit = SKBToolkit(hpo_bundle, callbacks=[tracer])
     ask = {t.name: t for t in toolkit.get_tools()}["ask"]
-    result = json.loads(ask.invoke({"question": "Which genes are associated with Marfan syndrome?", "k": 3}))
+    message = ask.invoke(
+        {"type": "tool_call", "id": "1", "name": "ask", "args": {"question": "Which genes are associated with Marfan syndrome?", "k": 3}}
+    )
+    assert json.loads(message.content)["top_answer"] == "FBN1"
+    result = message.artifact  # the whole AgentResult
     assert result["context"][0]["key"] == "FBN1"
     assert len([c for c in result["context"] if c["origin"] != "sage"]) <= 3
     tracer.flush()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from langchain_core.tools import InjectedToolArg, StructuredTool
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from graphs.skb.model import SKB, GraphSchema
 from graphs.text_safety import clean_text
@@ -32,10 +32,26 @@ MAX_TEXT_CHARS = 240
 
 
 class InjectedArgs(BaseModel):
-    """Arguments the agent supplies and the model never sees."""
+    """Arguments the agent supplies and the model never sees.
+
+    Also the base of every tool's arguments, so it reads an explicit ``null`` for an optional argument
+    whose default is not null as "use the default": small models fill every optional argument, and
+    ``{"k": null}`` failing validation costs them a turn (and often the answer)."""
 
     step: Annotated[int, InjectedToolArg] = 0
     question: Annotated[str | None, InjectedToolArg] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if not (v is None and k in fields and not fields[k].is_required() and fields[k].default is not None)
+        }
 
 
 class SKBTool(StructuredTool):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 NAME = "semantic_search"
 DESCRIPTION = (
     "Find nodes whose text is semantically similar to a description (dense vector search). "
-    "Use for descriptions, phenotypes or names that were not linked yet. Optionally restrict to one node label. "
+    "Use for a description or a name that was not linked yet. Optionally restrict to one node label. "
     "Returns one line per hit (key | label | name | score | text), best first."
 )
 

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent.serving.toolkit import SKBToolkit, tool_input_schema
+from agent.serving.toolkit import AGENT_INSTRUCTIONS, ASK_NAME, SKBToolkit, tool_input_schema
 from graphs.errors import ConfigError, SKBError
 from graphs.progress import terminal_text
 from tools.results import parse_result
@@ -55,14 +55,20 @@ log = logging.getLogger("skb.mcp")
 SERVER_NAME = "skb-agent"
 INSTRUCTIONS = (
     "Retrieval over a semi-structured knowledge base (a typed graph whose nodes carry text). "
+    + AGENT_INSTRUCTIONS
+    + " Follow-ups on the keys ask returns: search_nodes follows typed edges from node keys, "
+    "semantic_search finds nodes by meaning, cypher runs read-only Cypher."
+)
+INSTRUCTIONS_NO_ASK = (
+    "Retrieval over a semi-structured knowledge base (a typed graph whose nodes carry text). "
     "semantic_search finds nodes by meaning; search_nodes follows typed edges from node keys; "
-    "cypher runs read-only Cypher; ask runs the whole agent and returns ranked answer nodes."
+    "cypher runs read-only Cypher."
 )
 
 
 def _payload_of(tool: BaseTool, output: Any) -> dict[str, Any] | None:
-    """The structured content of a tool's output: the typed result's dump for the retrieval tools
-    (see ``_invoke``), the object itself or its JSON text for any other tool (``ask``)."""
+    """The structured content of a tool's output: the typed result's dump for the retrieval tools and
+    the AgentResult dump for ``ask`` (see ``_invoke``), the object itself or its JSON text otherwise."""
     if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], dict):
         return output[1]
     if isinstance(output, dict):
@@ -121,7 +127,7 @@ def build_server(toolkit: SKBToolkit) -> Server[Any]:
     return Server(
         SERVER_NAME,
         version=_version(),
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS if ASK_NAME in tools else INSTRUCTIONS_NO_ASK,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
@@ -131,9 +137,12 @@ def _invoke(tool: BaseTool, args: dict[str, Any]) -> Any:
     """Run a tool; content_and_artifact tools are called as a tool call so the artifact comes back too."""
     if getattr(tool, "response_format", "content") == "content_and_artifact":
         message = tool.invoke({"type": "tool_call", "id": "mcp", "name": tool.name, "args": args})
-        # the typed result (tools.results) is the structured content, with its kind; text stays budgeted
-        result = parse_result(tool.name, getattr(message, "artifact", None))
-        return (getattr(message, "content", message), result.model_dump(mode="json") if result else {})
+        # the typed result (tools.results) is the structured content, with its kind; text stays budgeted.
+        # ask's artifact is the whole AgentResult dump: the structured content, beside its compact text
+        artifact = getattr(message, "artifact", None)
+        result = parse_result(tool.name, artifact) if tool.name != ASK_NAME else None
+        structured = result.model_dump(mode="json") if result else artifact if isinstance(artifact, dict) else {}
+        return (getattr(message, "content", message), structured)
     return tool.invoke(args)
 
 

@@ -4,39 +4,69 @@ Why a toolkit: a LangChain/LangGraph agent someone else writes should get our to
 ``SKBToolkit(".skb/hpo").get_tools()``, and bind them to its own model. The MCP server exposes the
 same list, so an MCP client and a LangChain agent see identical names, descriptions and schemas.
 The agent-internal ``finish`` tool is left out by default: it only makes sense inside our loop.
+
+Why ``ask`` comes first and the others say "follow-up": a tool-calling model, small ones above all,
+picks the first tool whose description matches the user's message. Measured with a 1.5B model, a
+toolkit that listed ``semantic_search`` first made it search with the whole question and answer
+from raw text hits, never calling ``ask`` (which links entities, walks typed edges and ranks). So
+``ask`` is listed first and says it answers a whole question; the primitives keep their own
+descriptions (our own planner reads those too) with a prefix, added only here, naming them as the
+tools for follow-ups on keys ``ask`` returned. ``ask``'s text result is compact (top answers, keys,
+one evidence line: `agent.serving.answers`); the full ranked context is the artifact, and the text on
+request (``detail="full"``, an enum whose default comes first: a small model fills every optional
+argument, and given a boolean ``full`` it set it to true and read 1,500 tokens instead of 400).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from agent.serving.answers import ASK_OUTPUT_TOKENS, TOP_ANSWERS
+
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
 
     from agent.config import AgentConfig
+    from agent.results import AgentResult
     from graphs.bundle import IndexBundle
 
 ASK_NAME = "ask"
 ASK_DESCRIPTION = (
-    "Answer a question over the knowledge base with the full retrieval agent (entity linking, "
-    "relation-path planning, tool calls, SAGE expansion). Returns JSON with 'answer' and a ranked "
-    "'context' list of nodes (key, label, name, score, rank, origin, provenance). Slower than the "
-    "single tools; use it when you want ranked answer nodes rather than raw search hits."
+    "Answer a whole question over the knowledge graph. Call this first, with the user's question as written: "
+    "it finds the entities the question mentions, follows the typed relationships between them and ranks the "
+    "answer nodes. Returns the top answers, best first, each with name, key, label and one line of evidence. "
+    "Use the other tools only for follow-ups on the keys it returns."
 )
+#: A system prompt for an agent over these tools (also the MCP server's instructions). Short and imperative:
+#: measured with a 1.5B model, a longer "you answer questions..." prompt made it write a plan instead of
+#: calling a tool, and without any prompt it called ``ask`` again instead of replying with its answer.
+AGENT_INSTRUCTIONS = (
+    "Call the ask tool with the user's whole question. Then reply to the user with the top_answer from its "
+    "result (and the next answers if the question asks for several). Use the other tools only for follow-ups."
+)
+#: Prefix of the primitives' descriptions in the toolkit (not in our own loop, which has no ``ask``).
+FOLLOW_UP_PREFIX = "Follow-up tool, for after `ask` (for a whole question call `ask`). "
 DEFAULT_TOOLS = ("semantic_search", "search_nodes", "cypher")
+#: Step limit of one ``ask`` run. Set explicitly because LangChain hands a caller's run config down to
+#: every child runnable: inside another agent (whose limit fits its own few model turns) our graph
+#: would inherit that limit and stop mid-question.
+ASK_RECURSION_LIMIT = 200
 
 
 class AskArgs(BaseModel):
-    question: str = Field(min_length=1, max_length=4000, description="the question, in natural language")
-    k: int | None = Field(default=None, ge=1, le=1000, description="how many seed nodes to return (default 20)")
-    k_prime: int | None = Field(default=None, ge=0, le=1000, description="how many SAGE neighbors to add")
+    question: str = Field(min_length=1, max_length=4000, description="the user's whole question, as asked")
+    k: int | None = Field(default=None, ge=1, le=1000, description="how many answer nodes to rank (default 20)")
+    k_prime: int | None = Field(default=None, ge=0, le=1000, description="how many similar neighbours to add")
+    detail: Literal["answers", "full"] = Field(
+        default="answers",
+        description="answers: the top answers (use this); full: the whole ranked list, only when the user asks for it",
+    )
 
 
 class SKBToolkit(BaseToolkit):
@@ -52,6 +82,10 @@ class SKBToolkit(BaseToolkit):
     callbacks: list[BaseCallbackHandler] | None = Field(
         default=None, description="callbacks for the ask tool's agent runs (default: local tracing)"
     )
+    ask_output_tokens: int = Field(
+        default=ASK_OUTPUT_TOKENS, ge=50, le=100_000, description="token budget of ask's compact text result"
+    )
+    ask_top: int = Field(default=TOP_ANSWERS, ge=1, le=100, description="answers ask's compact text lists at most")
 
     _owns_bundle: bool = PrivateAttr(default=False)
     _graph: Any = PrivateAttr(default=None)
@@ -68,10 +102,17 @@ class SKBToolkit(BaseToolkit):
         super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]  # pydantic fields
         self._owns_bundle = owns
 
+    @property
+    def instructions(self) -> str:
+        """A system prompt that leads a model through these tools: ``create_agent(model, tools,
+        system_prompt=toolkit.instructions)``."""
+        return AGENT_INSTRUCTIONS if self.include_ask else ""
+
     # -- tools -------------------------------------------------------------------------------
     def get_tools(self) -> list[BaseTool]:
-        """The retrieval tools in a stable order (semantic_search, search_nodes, cypher), then ``ask``.
-        ``cypher`` is left out when the index has no graph store (built with ``--store none``)."""
+        """``ask`` first (unless ``include_ask=False``), then the retrieval tools in a stable order
+        (semantic_search, search_nodes, cypher), their descriptions marked as follow-ups when ``ask`` is
+        there. ``cypher`` is left out when the index has no graph store (built with ``--store none``)."""
         from tools import make_tools
 
         wanted = list(self.tool_names)
@@ -93,16 +134,34 @@ class SKBToolkit(BaseToolkit):
             from graphs.errors import ConfigError
 
             raise ConfigError(f"unknown tool name(s) {unknown}; choose from {sorted(by_name)}")
-        tools: list[BaseTool] = [by_name[n] for n in wanted]
-        if self.include_ask:
-            tools.append(self.ask_tool())
+        tools: list[BaseTool] = [self.ask_tool()] if self.include_ask else []
+        for name in wanted:
+            tool = by_name[name]  # made fresh by make_tools: ours to edit
+            if self.include_ask:
+                tool.description = FOLLOW_UP_PREFIX + tool.description
+            tools.append(tool)
         return tools
 
     def ask_tool(self) -> BaseTool:
-        def run(question: str, k: int | None = None, k_prime: int | None = None) -> str:
-            return json.dumps(self.ask(question, k=k, k_prime=k_prime), ensure_ascii=False)
+        """The whole agent as one tool: compact text for the model (`agent.serving.answers`), the full
+        `AgentResult` dump as the artifact."""
 
-        return StructuredTool.from_function(run, name=ASK_NAME, description=ASK_DESCRIPTION, args_schema=AskArgs)
+        def run(
+            question: str, k: int | None = None, k_prime: int | None = None, detail: str = "answers"
+        ) -> tuple[str, dict[str, Any]]:
+            from agent.serving.answers import compact_answers, full_context
+
+            result, linked = self._run(question, k=k, k_prime=k_prime)
+            if detail == "full":
+                text = full_context(result, budget_tokens=self._config().tool_output_tokens)
+            else:
+                top = min(self.ask_top, k) if k is not None else self.ask_top
+                text = compact_answers(result, self.bundle.skb, linked, top=top, budget_tokens=self.ask_output_tokens)
+            return text, result.model_dump(mode="json")
+
+        return StructuredTool.from_function(
+            run, name=ASK_NAME, description=ASK_DESCRIPTION, args_schema=AskArgs, response_format="content_and_artifact"
+        )
 
     # -- the whole agent ---------------------------------------------------------------------
     def _config(self) -> AgentConfig:
@@ -121,6 +180,12 @@ class SKBToolkit(BaseToolkit):
 
     def ask(self, question: str, *, k: int | None = None, k_prime: int | None = None) -> dict[str, Any]:
         """The AgentResult of one question as a JSON-ready dict."""
+        return self._run(question, k=k, k_prime=k_prime)[0].model_dump(mode="json")
+
+    def _run(
+        self, question: str, *, k: int | None = None, k_prime: int | None = None
+    ) -> tuple[AgentResult, list[dict[str, Any]]]:
+        """One agent run: its result and the entities it linked (the evidence of the compact answers)."""
         from agent.results import AgentResult
         from agent.tracing.tracer import callbacks_for
         from graphs.errors import PlannerError
@@ -131,14 +196,29 @@ class SKBToolkit(BaseToolkit):
         if k_prime is not None:
             overrides["k_prime"] = k_prime
         callbacks = self.callbacks if self.callbacks is not None else callbacks_for(self.bundle.index_dir)
-        state = self.graph().invoke(
+        # node by node: the linked entities are internal state, not part of the graph's output
+        result: Any = None
+        linked: list[dict[str, Any]] = []
+        for chunk in self.graph().stream(
             {"question": question},
-            {"configurable": overrides, "callbacks": callbacks, "run_name": "skb-agent.ask"},
-        )
-        result = state.get("result")
+            {
+                "configurable": overrides,
+                "callbacks": callbacks,
+                "run_name": "skb-agent.ask",
+                "recursion_limit": ASK_RECURSION_LIMIT,
+            },
+            stream_mode="updates",
+        ):
+            for update in chunk.values():
+                if not isinstance(update, dict):
+                    continue
+                if isinstance(update.get("linked_entities"), list):
+                    linked = list(update["linked_entities"])
+                if "result" in update:
+                    result = update["result"]
         if not isinstance(result, AgentResult):
             raise PlannerError("the agent ended without a result; see `skb trace list` for the run")
-        return result.model_dump(mode="json")
+        return result, linked
 
     def close(self) -> None:
         if self._owns_bundle:
@@ -164,4 +244,13 @@ def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ASK_NAME", "DEFAULT_TOOLS", "AskArgs", "SKBToolkit", "tool_input_schema"]
+__all__ = [
+    "AGENT_INSTRUCTIONS",
+    "ASK_DESCRIPTION",
+    "ASK_NAME",
+    "DEFAULT_TOOLS",
+    "FOLLOW_UP_PREFIX",
+    "AskArgs",
+    "SKBToolkit",
+    "tool_input_schema",
+]
