@@ -875,13 +875,15 @@ def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessag
     (a tool that answers with a JSON dict or an over-long text gets its text re-rendered from the typed
     result). A typed artifact whose text fits is passed through: our tools render it with this budget."""
     artifact = getattr(message, "artifact", None)
-    if isinstance(artifact, TYPED_RESULTS) and len(str(message.content)) <= budget_tokens * CHARS_PER_TOKEN:
+    if isinstance(artifact, TYPED_RESULTS) and estimate_tokens(str(message.content)) <= budget_tokens:
         return message
     result = parse_result(name, artifact if artifact is not None else message.content)
     if result is None:
         text = str(message.content)
-        limit = budget_tokens * CHARS_PER_TOKEN
-        if len(text) > limit:
+        if estimate_tokens(text) > budget_tokens:
+            limit = budget_tokens * CHARS_PER_TOKEN
+            while limit > 1 and estimate_tokens(text[: limit - 1] + "\u2026") > budget_tokens:
+                limit = limit * 3 // 4  # dense text (JSON, keys) has fewer characters per token
             message = message.model_copy(update={"content": text[: limit - 1] + "\u2026"})
         return message
     text = result.model_text(budget_tokens)
