@@ -84,7 +84,11 @@ def test_round_schemas_offer_only_what_exists(openai_stub: Stub, recipes: IndexB
             offered = enums(tools["search_nodes"], "keys")
             assert offered and set(offered) <= keys
             assert set(enums(tools["search_nodes"], "rel_types")) <= rels
-            assert set(enums(tools["search_nodes"], "target_label")) == labels
+            reach = set(enums(tools["search_nodes"], "target_label"))
+            assert reach and reach <= labels  # labels one hop from the offered keys' labels only
+            key_labels = {skb.nodes[k].label for k in offered}
+            assert all(any({r.src_label, r.dst_label} >= {lab, kl} or (lab == kl and r.src_label == r.dst_label == lab)
+                           for r in schema.relations for kl in key_labels) for lab in reach)
         if "finish" in tools:
             finish_keys = enums(tools["finish"], "keys")
             assert finish_keys and set(finish_keys) <= keys
@@ -160,3 +164,26 @@ def test_a_call_naming_what_was_not_offered_is_repaired(openai_stub: Stub, recip
     assert first["attempts"] == 2 and first["valid"] and not first["valid_first_try"]
     assert "NOT:A-KEY" in first["errors"][0]
     assert result.context and not any("no valid call" in d for d in result.degraded)
+
+
+def test_still_invalid_after_the_repair_runs_the_menu_with_a_note(recipes: IndexBundle) -> None:
+    """A scripted model that twice names a relation the graph does not have: the round runs the offline planner's
+    next action (the menu's first option) and says so; the question still gets its answer."""
+    from langchain_core.messages import AIMessage
+
+    from agent.fake_llm import ScriptedChatModel
+
+    def bad(i: int) -> AIMessage:
+        call = {"name": "search_nodes", "args": {"keys": ["I:Garlic"], "rel_types": ["NO_SUCH_REL"]}, "id": f"b{i}"}
+        return AIMessage(content="", tool_calls=[call])
+
+    model = ScriptedChatModel([bad(0), bad(1)])
+    cfg = AgentConfig(planner="openai", planner_mode="guided", policy="never", max_rounds=1)
+    result = ask(QUESTION, bundle=recipes, config=cfg, chat_model=model)
+
+    assert len(model.calls) == 2
+    assert "NO_SUCH_REL" in str(model.calls[1][-1].content)  # the repair quoted the error
+    row = (result.guided or [])[0]
+    assert row["attempts"] == 2 and not row["valid"] and "USES" in row["errors"][0]  # the error lists valid ones
+    assert any("no valid call after 2 attempt(s)" in d for d in result.degraded)
+    assert result.context and result.context[0].key in {"R1", "R3"}

@@ -55,6 +55,8 @@ class RoundView:
     finish_keys: list[str]
     menu: list[list[dict[str, Any]]] = field(default_factory=list)
     rels_of_label: dict[str, list[str]] = field(default_factory=dict)
+    reach: list[str] = field(default_factory=list)
+    """Labels one hop from the offered keys' labels: the ``search_nodes`` target labels that can match."""
 
     def relations_for(self, keys: Sequence[str]) -> list[str]:
         """The offered relations that start or end at the labels of ``keys``."""
@@ -72,6 +74,14 @@ def relations_from(schema: GraphSchema, labels: Sequence[str]) -> list[str]:
     """Relation types with an edge that starts or ends at one of ``labels`` (either direction walks it)."""
     wanted = set(labels)
     return sorted({r.rel for r in schema.relations if r.src_label in wanted or r.dst_label in wanted})
+
+
+def labels_next_to(schema: GraphSchema, labels: Sequence[str]) -> list[str]:
+    """Labels at the other end of an edge that starts or ends at one of ``labels``."""
+    wanted = set(labels)
+    out = {r.dst_label for r in schema.relations if r.src_label in wanted}
+    out.update(r.src_label for r in schema.relations if r.dst_label in wanted)
+    return sorted(out)
 
 
 def ranked_candidates(candidates: Mapping[str, Mapping[str, Any]], target: str | None) -> list[str]:
@@ -112,6 +122,7 @@ def round_view(
         finish_keys=finish_keys,
         menu=menu,
         rels_of_label={label: relations_from(schema, [label]) for label in key_labels},
+        reach=labels_next_to(schema, key_labels),
     )
 
 
@@ -156,7 +167,7 @@ def round_tools(view: RoundView, per_call_k: int) -> list[dict[str, Any]]:
             "keys": _enum_list(view.keys, "keys to expand", MAX_KEYS),
             "rel_types": _enum_list(view.relations, "relation types to follow"),
             "direction": {"type": "string", "enum": ["out", "in", "both"]},
-            "target_label": {"type": "string", "enum": view.labels, "description": "label of the nodes wanted"},
+            "target_label": {"type": "string", "enum": view.reach or view.labels, "description": "label of the nodes wanted"},
         }, ["keys", "rel_types"]))
     if view.finish_keys:
         tools.append(_function("finish", "End with answer keys, best first.", {
@@ -203,8 +214,9 @@ def read_call(call: Mapping[str, Any], view: RoundView, per_call_k: int) -> list
             raise GuidedCallError(f"search_nodes: direction {out['direction']!r}; use out, in or both")
         label = args.get("target_label")
         if label is not None:
-            if label not in set(view.labels):
-                raise GuidedCallError(f"search_nodes: target_label {label!r} unknown; valid: {', '.join(view.labels)}")
+            reach = view.reach or view.labels
+            if label not in set(reach):
+                raise GuidedCallError(f"search_nodes: target_label {label!r} is not one hop from these keys; valid: {', '.join(reach)}")
             out["target_label"] = label
         return [{"name": name, "args": out}]
     if name == "semantic_search":
