@@ -103,6 +103,12 @@ class AgentConfig(BaseModel):
         default=900, ge=100, le=20_000,
         description="guided mode: token budget (real tokens) of a round's state block (question, plan, steps, candidates, menu)",
     )
+    guided_tools: Literal["menu", "all"] = Field(
+        default="menu",
+        description="guided mode: menu -- while the offline planner has next actions, the round offers `pick` and "
+        "`finish` only (a small model chooses; measured: given all tools, a 1.5B model wrote its own one-hop calls and "
+        "never picked); all -- `search_nodes` and `semantic_search` with their enums as well",
+    )
     guided_repairs: int = Field(
         default=1, ge=0, le=3, description="guided mode: repair turns for a call that names something not offered"
     )

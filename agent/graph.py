@@ -541,7 +541,8 @@ class AgentGraph:
             return text
 
         first_text = block(None)
-        bound = self.model(cfg).bind_tools(round_tools(view, cfg.per_call_k), tool_choice="required")
+        menu_only = cfg.guided_tools == "menu"
+        bound = self.model(cfg).bind_tools(round_tools(view, cfg.per_call_k, menu_only), tool_choice="required")
         budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
         usage, degraded = Usage(), []
         error: str | None = None
@@ -574,7 +575,7 @@ class AgentGraph:
             try:
                 if not reply.tool_calls:
                     raise GuidedCallError("no tool call in the reply; call exactly one of the tools")
-                calls = read_call(reply.tool_calls[0], view, cfg.per_call_k)
+                calls = read_call(reply.tool_calls[0], view, cfg.per_call_k, menu_only)
             except GuidedCallError as exc:
                 error = str(exc)
                 row.setdefault("errors", []).append(error)

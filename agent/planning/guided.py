@@ -153,16 +153,18 @@ def _function(name: str, description: str, properties: dict[str, Any], required:
         "type": "object", "properties": properties, "required": list(required), "additionalProperties": False}}}
 
 
-def round_tools(view: RoundView, per_call_k: int) -> list[dict[str, Any]]:
+def round_tools(view: RoundView, per_call_k: int, menu_only: bool = False) -> list[dict[str, Any]]:
     """The round's tool schemas (OpenAI function specs): only what exists in ``view``; a tool with nothing
-    to choose from is left out (no keys: no ``search_nodes``; no candidates: no ``finish``)."""
+    to choose from is left out (no keys: no ``search_nodes``; no candidates: no ``finish``). ``menu_only``
+    (with a menu): ``pick`` and ``finish`` alone."""
+    menu_only = menu_only and bool(view.menu)
     # the schemas that change least come first: a server that caches prompt prefixes reuses them across rounds
-    tools: list[dict[str, Any]] = [_function("semantic_search", "Find nodes whose text matches a description.", {
+    tools: list[dict[str, Any]] = [] if menu_only else [_function("semantic_search", "Find nodes whose text matches a description.", {
         "text": {"type": "string", "minLength": 1, "maxLength": 200},
         "label": {"type": "string", "enum": view.labels},
         "k": {"type": "integer", "minimum": 1, "maximum": per_call_k},
     }, ["text"])]
-    if view.keys and view.relations:
+    if view.keys and view.relations and not menu_only:
         tools.append(_function("search_nodes", "Expand keys one hop along relation types.", {
             "keys": _enum_list(view.keys, "keys to expand", MAX_KEYS),
             "rel_types": _enum_list(view.relations, "relation types to follow"),
@@ -184,11 +186,15 @@ class GuidedCallError(ValueError):
     """The model's call names something the round did not offer; the message says what and what is valid."""
 
 
-def read_call(call: Mapping[str, Any], view: RoundView, per_call_k: int) -> list[dict[str, Any]]:
+def read_call(
+    call: Mapping[str, Any], view: RoundView, per_call_k: int, menu_only: bool = False
+) -> list[dict[str, Any]]:
     """The tool calls to run for the model's ``call`` (a menu option expands to its calls), checked against
-    the round's enums. Raises GuidedCallError naming the bad value and the valid ones."""
+    the round's enums and tools. Raises GuidedCallError naming the bad value and the valid ones."""
     name = str(call.get("name") or "")
     args = dict(call.get("args") or {})
+    if menu_only and view.menu and name not in {PICK_TOOL, "finish"}:
+        raise GuidedCallError(f"tool {name!r} is not offered this round; call {PICK_TOOL} with an option number or finish")
     if name == PICK_TOOL:
         option = args.get("option")
         if not isinstance(option, int) or not 1 <= option <= len(view.menu):
