@@ -66,7 +66,9 @@ def _shipped() -> tuple[str, Encoder]:
     tok.no_padding()
 
     def encode(texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in tok.encode_batch(list(texts), add_special_tokens=False)]
+        # one text at a time: encode_batch hands the batch to a thread pool, which costs more than it saves on
+        # short texts (measured: 22 ms for 32 result lines against under 1 ms encoded one by one on 2 busy cores)
+        return [len(tok.encode(text, add_special_tokens=False).ids) for text in texts]
 
     return f"{_SHIPPED_PACKAGE}/wordpiece", encode
 
@@ -165,7 +167,7 @@ def count_tokens(text: str, model: str | None = None) -> int:
 
 
 def count_tokens_many(texts: Sequence[str], model: str | None = None) -> list[int]:
-    """``count_tokens`` of each text, in one tokenizer batch (many short items: a tool's result lines)."""
+    """``count_tokens`` of each text (many short items: a tool's result lines)."""
     if not texts:
         return []
     factor = _factor(model)
