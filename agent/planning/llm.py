@@ -584,7 +584,7 @@ def validate_plan(
     return errors
 
 
-#: Share of the plan prompt's token budget the walk choices may take (tool schema, real tokens); above it the
+#: Share of the plan prompt's token budget the walk choices may take (tool schema, chars / 4); above it the
 #: hop-by-hop form is offered. Measured: HPO's 13 walks cost ~750 tokens, MetaQA's 36 walks from a person ~2,000
 #: (a 3,016-token prompt with the 1.5B model, over the 3,000 budget).
 CHOICES_BUDGET_SHARE = 1 / 3
@@ -641,7 +641,10 @@ def plan_parameters(
             "required": sorted({*params.get("required", []), "target_type", "relation_paths"}),
         })
     offered = {"anyOf": alternatives}
-    if budget_tokens is not None and count_tokens(json.dumps(offered)) > budget_tokens * CHOICES_BUDGET_SHARE:
+    # the share was tuned on characters / 4 of this JSON (HPO's walks: ~750 of the model's own tokens); the shipped
+    # WordPiece tokenizer counts walk text like "(A)<-[REL_NAME]-(B)" ~1.5x denser than Qwen's BPE, so a real count
+    # here would drop HPO's walk choices, which made every plan valid -- the whole prompt is still budgeted in real tokens
+    if budget_tokens is not None and len(json.dumps(offered)) / 4 > budget_tokens * CHOICES_BUDGET_SHARE:
         return params  # too many walks to spell out within the prompt budget: the hop-by-hop form
     return offered
 
