@@ -17,7 +17,7 @@ from graphs.errors import ConfigError
 
 ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
 PlannerKind = Literal["offline", "openai"]
-PlannerMode = Literal["loop", "plan-once"]
+PlannerMode = Literal["loop", "plan-once", "guided"]
 StructuredOutput = Literal["tool", "text"]
 SemanticNet = Literal["always", "as-needed", "never"]
 
@@ -95,7 +95,27 @@ class AgentConfig(BaseModel):
     planner_mode: PlannerMode = Field(
         default="loop",
         description="loop: the LLM plans, then chooses tool calls every round (strong models); plan-once (SPARK): one "
-        "LLM call returns the plan and the tool arguments, the deterministic executor walks it (small/slow models)",
+        "LLM call returns the plan and the tool arguments, the deterministic executor walks it (small/slow models); "
+        "guided: loop mode a small model can drive -- each round offers tool schemas whose arguments are enums of what "
+        "exists, the offline planner's next actions as a numbered menu, and a bounded state block instead of the history",
+    )
+    guided_state_tokens: int = Field(
+        default=900, ge=100, le=20_000,
+        description="guided mode: token budget (real tokens) of a round's state block (question, plan, steps, candidates, menu)",
+    )
+    guided_tools: Literal["menu", "all"] = Field(
+        default="menu",
+        description="guided mode: menu -- while the offline planner has next actions, the round offers `pick` and "
+        "`finish` only (a small model chooses; measured: given all tools, a 1.5B model wrote its own one-hop calls and "
+        "never picked); all -- `search_nodes` and `semantic_search` with their enums as well",
+    )
+    guided_repairs: int = Field(
+        default=1, ge=0, le=3, description="guided mode: repair turns for a call that names something not offered"
+    )
+    guided_llm_plan: bool = Field(
+        default=False,
+        description="guided mode: ask the model for the plan first (one more, longer call); default: the heuristic plan, "
+        "which the menu's options follow",
     )
     structured_output: StructuredOutput = Field(
         default="tool",
@@ -104,7 +124,7 @@ class AgentConfig(BaseModel):
     )
     plan_repairs: int = Field(default=1, ge=0, le=3, description="repair rounds for an invalid plan (error quoted)")
     plan_prompt_tokens: int = Field(
-        default=3000, ge=300, le=100_000, description="token budget (chars/4) of the plan prompt, tool schema included"
+        default=3000, ge=300, le=100_000, description="token budget (real tokens, graphs.tokens) of the plan prompt, tool schema included"
     )
     max_llm_calls: int | None = Field(default=None, ge=1, description="LLM calls per question (None: no limit)")
     max_prompt_tokens: int | None = Field(
@@ -122,7 +142,8 @@ class AgentConfig(BaseModel):
         default=1500,
         ge=50,
         le=100_000,
-        description="token budget (chars/4) of one tool result's model-facing text; the full result stays the artifact",
+        description="token budget (real tokens, graphs.tokens) of one tool result's model-facing text; the full result "
+        "stays the artifact",
     )
     edge_weight_property: str | None = Field(
         default=None, description="numeric edge property search_nodes sums per neighbour (None: no weight)"

@@ -36,6 +36,16 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
+from agent.planning.guided import (
+    MAX_FINISH,
+    GuidedCallError,
+    RoundView,
+    ranked_candidates,
+    read_call,
+    round_tools,
+    round_view,
+    state_block,
+)
 from agent.planning.llm import (
     Budget,
     BudgetSpentError,
@@ -57,7 +67,7 @@ from graphs.errors import ConfigError, PlannerError, SKBError
 from graphs.sage.expand import expand as sage_expand
 from graphs.skb.profile import profile_for
 from graphs.text_safety import block_json, clean_text, neutralize_plan_tags, quoted
-from prompts import render_prompt
+from prompts import load_prompt, render_prompt
 from tools import make_tools
 from tools.common import prefetch_query, schema_of
 from tools.results import (
@@ -338,7 +348,7 @@ class AgentGraph:
         search_text: str | None = None
         report: dict[str, Any] | None = None
         budget_stop: str | None = None
-        if cfg.planner == "openai":
+        if cfg.planner == "openai" and (cfg.planner_mode != "guided" or cfg.guided_llm_plan):
             budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
             try:
                 preferred = ranked_walks(self.bundle, question, linked)  # the best walks, when too many to list
@@ -467,6 +477,8 @@ class AgentGraph:
         scratchpad = state.get("scratchpad") or []
         if not state.get("step"):
             self._prefetch_question_vector(cfg, state["question"], offline, scratchpad)
+        if not offline and cfg.planner_mode == "guided":
+            return self._guided_round(state, cfg, start)
         reply: AIMessage | None = None
         budget_stop: str | None = None
         if not offline:
@@ -490,17 +502,7 @@ class AgentGraph:
             reply = invoke_with_retry(self.offline_model(cfg), scratchpad, cfg)
         checked = check_tool_calls(reply, tools)
         step = int(state.get("step") or 0) + (1 if checked.valid else 0)
-        pending: list[dict[str, Any]] = []
-        for i, call in enumerate(checked.valid):
-            name = call["name"]
-            args = dict(call.get("args") or {})
-            size_arg = _SIZE_ARGS.get(name)
-            if size_arg is not None:
-                # K results per call; search_nodes gets K per expanded key (it aggregates many keys in one call)
-                per = (len(args.get("keys") or []) or 1) if name == "search_nodes" else 1
-                cap = cfg.per_call_k * per
-                args[size_arg] = min(int(args.get(size_arg) or cfg.per_call_k), cap)
-            pending.append({"name": name, "id": call.get("id") or f"call_{step}_{i}", "args": args})
+        pending = _clamped(checked.valid, cfg, step)
         update: dict[str, Any] = {
             "scratchpad": [reply],
             "pending_calls": pending,
@@ -516,6 +518,120 @@ class AgentGraph:
             previous = (state.get("usage") or {}).get("act") or {}
             update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
         return update
+
+    def _guided_round(self, state: AgentState, cfg: AgentConfig, start: float) -> dict[str, Any]:
+        """One guided round (``planner_mode="guided"``, ``agent.planning.guided``): the offline planner's next
+        actions become a menu, the round's tool schemas offer only what exists, and the model sees a bounded
+        state block, never the message history. A call that names something not offered is repaired up to
+        ``guided_repairs`` times (the error goes into the next state block); after that, or when the model
+        cannot be reached, the menu's first option runs (noted in ``degraded``)."""
+        question = state["question"]
+        tools = self.tools(cfg, question)
+        scratchpad = state.get("scratchpad") or []
+        schema = schema_of(self.bundle)
+        linked = state.get("linked_entities") or []
+        pool = state.get("candidates") or {}
+        target = state.get("target_type")
+        proposal = check_tool_calls(invoke_with_retry(self.offline_model(cfg), scratchpad, cfg), tools).valid
+        view = round_view(schema, linked, pool, target, proposal)
+        names = self._names(view, linked)
+        ranked = ranked_candidates(pool, target)[:MAX_FINISH]
+        candidates = [(k, str(pool[k].get("label", "")), names.get(k, ""), float(pool[k].get("score", 0.0))) for k in ranked]
+        round_no = int(state.get("step") or 0) + 1
+        system = load_prompt("guided_system.md")
+
+        def block(error: str | None) -> str:
+            text, shown = state_block(
+                question=question, target=target, paths=[_path_text(p) for p in state.get("relation_paths") or []],
+                linked=linked, history=state.get("observations") or [], candidates=candidates, view=view, names=names,
+                round_no=round_no, max_rounds=cfg.max_rounds, budget_tokens=cfg.guided_state_tokens,
+                model=cfg.model, error=error,
+            )
+            del view.menu[shown:]  # ``pick`` offers only the options the text shows
+            return text
+
+        first_text = block(None)
+        menu_only = cfg.guided_tools == "menu"
+        bound = self.model(cfg).bind_tools(round_tools(view, cfg.per_call_k, menu_only), tool_choice="required")
+        budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
+        usage, degraded = Usage(), []
+        error: str | None = None
+        calls: list[dict[str, Any]] | None = None
+        budget_stop: str | None = None
+        offline = False
+        row: dict[str, Any] = {"round": round_no, "attempts": 0, "valid_first_try": False, "valid": False,
+                               "view": view.to_json(), "estimated_prompt_tokens": [], "prompt_tokens": []}
+        for _ in range(1 + cfg.guided_repairs):
+            text = first_text if error is None else block(error)
+            messages = [SystemMessage(system), HumanMessage(text)]
+            before = usage.estimated_prompt_tokens
+            try:
+                reply = budget.call(bound, messages, cfg, usage)
+            except BudgetSpentError as exc:
+                budget_stop, offline = exc.budget, True
+                degraded.append(f"{exc}: " + ("continued with the offline planner" if self.can_degrade(cfg) else "stopped planning"))
+                calls = None if self.can_degrade(cfg) else []
+                break
+            except PlannerError as exc:
+                if not self.can_degrade(cfg):
+                    raise
+                offline = True
+                degraded.append(f"planner model failed, continued with the offline planner: {exc}")
+                break
+            row["attempts"] += 1
+            row["estimated_prompt_tokens"].append(usage.estimated_prompt_tokens - before)
+            meta: Mapping[str, Any] = reply.usage_metadata or {}
+            row["prompt_tokens"].append(int(meta.get("input_tokens", 0) or 0))
+            try:
+                if not reply.tool_calls:
+                    raise GuidedCallError("no tool call in the reply; call exactly one of the tools")
+                calls = read_call(reply.tool_calls[0], view, cfg.per_call_k, menu_only)
+            except GuidedCallError as exc:
+                error = str(exc)
+                row.setdefault("errors", []).append(error)
+                continue
+            row["valid"] = True
+            row["valid_first_try"] = row["attempts"] == 1
+            first = reply.tool_calls[0]
+            row["choice"] = f"pick:{first['args'].get('option')}" if first["name"] == "pick" else first["name"]
+            break
+        if calls is None:
+            calls = [{"name": c["name"], "args": dict(c.get("args") or {})} for c in proposal]
+            if not offline:
+                degraded.append(f"guided round {round_no}: no valid call after {row['attempts']} attempt(s); ran the "
+                                "offline planner's next action")
+        step = int(state.get("step") or 0) + (1 if calls else 0)
+        pending = _clamped(calls, cfg, step)
+        executed = AIMessage(content="", tool_calls=[{"name": c["name"], "args": c["args"], "id": c["id"]} for c in pending])
+        update: dict[str, Any] = {
+            "scratchpad": [executed],
+            "pending_calls": pending,
+            "round_messages": [],
+            "step": step,
+            "planner_offline": offline,
+            "degraded": degraded,
+            "guided_rounds": [row] if row["attempts"] else [],
+            "timings_ms": _add_time(state, "call_planner", start),
+        }
+        if budget_stop:
+            update["budget_stop"] = budget_stop
+        if usage.llm_calls:
+            previous = (state.get("usage") or {}).get("act") or {}
+            update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
+        return update
+
+    def _names(self, view: RoundView, linked: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """Display names of the keys a round shows (graph text: shown quoted by the state block)."""
+        names = {str(e["key"]): str(e.get("name") or "") for e in linked if e.get("key")}
+        wanted = {*view.keys, *view.finish_keys}
+        for option in view.menu:
+            for call in option:
+                wanted.update(str(k) for k in (call.get("args") or {}).get("keys") or [])
+        for key in wanted - set(names):
+            node = self.bundle.node(key)
+            if node is not None:
+                names[key] = node.name
+        return names
 
     def _prefetch_question_vector(
         self, cfg: AgentConfig, question: str, offline: bool, scratchpad: Sequence[BaseMessage]
@@ -785,6 +901,7 @@ class AgentGraph:
             usage_by_stage=usage,
             stopped_by_budget=state.get("budget_stop"),  # type: ignore[arg-type]  # one of BUDGET_NAMES
             plan=state.get("plan_report"),
+            guided=state.get("guided_rounds") or None,
         )
         return {"result": result, "messages": [AIMessage(answer)], "timings_ms": {"finalize": timings["finalize"]}}
 
@@ -884,18 +1001,35 @@ def run_concurrently(fn: Callable[[_T], _R], items: Sequence[_T], limit: int) ->
     return results  # type: ignore[return-value]  # every slot was filled: the queue was drained
 
 
+def _clamped(calls: Sequence[Mapping[str, Any]], cfg: AgentConfig, step: int) -> list[dict[str, Any]]:
+    """The calls to run, ids given, sizes clamped: K results per call; search_nodes gets K per expanded key
+    (it aggregates many keys in one call)."""
+    pending: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        name = str(call["name"])
+        args = dict(call.get("args") or {})
+        size_arg = _SIZE_ARGS.get(name)
+        if size_arg is not None:
+            per = (len(args.get("keys") or []) or 1) if name == "search_nodes" else 1
+            args[size_arg] = min(int(args.get(size_arg) or cfg.per_call_k), cfg.per_call_k * per)
+        pending.append({"name": name, "id": call.get("id") or f"call_{step}_{i}", "args": args})
+    return pending
+
+
 def _budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessage:
     """The tool message with a typed artifact and model text within the budget, whatever the tool returned
     (a tool that answers with a JSON dict or an over-long text gets its text re-rendered from the typed
     result). A typed artifact whose text fits is passed through: our tools render it with this budget."""
     artifact = getattr(message, "artifact", None)
-    if isinstance(artifact, TYPED_RESULTS) and len(str(message.content)) <= budget_tokens * CHARS_PER_TOKEN:
+    if isinstance(artifact, TYPED_RESULTS) and estimate_tokens(str(message.content)) <= budget_tokens:
         return message
     result = parse_result(name, artifact if artifact is not None else message.content)
     if result is None:
         text = str(message.content)
-        limit = budget_tokens * CHARS_PER_TOKEN
-        if len(text) > limit:
+        if estimate_tokens(text) > budget_tokens:
+            limit = budget_tokens * CHARS_PER_TOKEN
+            while limit > 1 and estimate_tokens(text[: limit - 1] + "\u2026") > budget_tokens:
+                limit = limit * 3 // 4  # dense text (JSON, keys) has fewer characters per token
             message = message.model_copy(update={"content": text[: limit - 1] + "\u2026"})
         return message
     text = result.model_text(budget_tokens)

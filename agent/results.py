@@ -40,6 +40,9 @@ class StageUsage(_JsonModel):
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_prompt_tokens: int = Field(
+        default=0, description="the pre-call estimates of the same calls (graphs.tokens, calibrated per model)"
+    )
 
 
 class AgentResult(_JsonModel):
@@ -74,10 +77,15 @@ class AgentResult(_JsonModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
-    tool_output_tokens: int = Field(default=0, description="chars/4 of the tool results' model-facing text")
+    tool_output_tokens: int = Field(default=0, description="tokens (graphs.tokens) of the tool results' model-facing text")
     usage_by_stage: dict[str, StageUsage] = Field(default_factory=dict)
     stopped_by_budget: Literal["llm_calls", "prompt_tokens", "wall_time"] | None = Field(
         default=None, description="the per-question budget that stopped the LLM calls, if one did"
+    )
+    guided: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="guided mode: one row per round (attempts, valid_first_try, valid, choice, estimated and reported "
+        "prompt tokens, error)",
     )
     plan: dict[str, Any] | None = Field(
         default=None,

@@ -63,7 +63,7 @@ class AgentState(TypedDict, total=False):
     usage: Annotated[dict[str, dict[str, int]], merge_dicts]
     tool_calls: int
     tool_output_tokens: int
-    """chars/4 of every tool result's model-facing text so far (what an LLM planner reads)."""
+    """Tokens (graphs.tokens) of every tool result's model-facing text so far (what an LLM planner reads)."""
     pending_calls: list[dict[str, Any]]
     """The current round's validated tool calls (args clamped), set by call_planner, run by run_tools."""
     round_messages: list[AnyMessage]
@@ -75,6 +75,7 @@ class AgentState(TypedDict, total=False):
     budget_stop: str | None
     """Which per-question budget stopped the model calls (llm_calls | prompt_tokens | wall_time), if any."""
     plan_report: dict[str, Any] | None
+    guided_rounds: Annotated[list[dict[str, Any]], operator.add]
     """How the LLM plan came about (attempts, valid first try, repaired, errors); None without an LLM plan."""
     result: AgentResult
 

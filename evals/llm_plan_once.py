@@ -29,7 +29,7 @@ from agent import AgentConfig, ask
 from evals.bench import Bench, Question, load_bench
 from graphs.bundle import IndexBundle
 
-METHODS = ("plan-once", "offline")
+METHODS = ("plan-once", "guided", "offline")
 
 
 def pick(bench: Bench, n: int, stratify: str | None) -> list[Question]:
@@ -62,6 +62,11 @@ def config_for(method: str, model: str, overrides: dict[str, Any]) -> AgentConfi
             planner="openai", planner_mode="plan-once", model=model, llm_timeout_s=170.0, max_wall_s=180.0,
             llm_attempts=3,
         )
+    if method == "guided":
+        base.update(
+            planner="openai", planner_mode="guided", model=model, llm_timeout_s=170.0, max_wall_s=240.0,
+            llm_attempts=3,
+        )
     return AgentConfig.model_validate({**base, **overrides})
 
 
@@ -82,8 +87,10 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
         "wall_s": round(wall, 2),
         "llm_calls": result.llm_calls,
         "prompt_tokens": result.prompt_tokens,
+        "estimated_prompt_tokens": sum(u.estimated_prompt_tokens for u in result.usage_by_stage.values()),
         "completion_tokens": result.completion_tokens,
         "plan": plan,
+        "guided": result.guided or [],
         "target_type": result.target_type,
         "relation_paths": result.relation_paths,
         "stopped_by_budget": result.stopped_by_budget,
@@ -123,8 +130,40 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "budget_stops": sum(1 for r in mine if r["stopped_by_budget"]),
             "degraded": sum(1 for r in mine if r["degraded"]),
             "over_3_min": sum(1 for r in mine if r["wall_s"] > 180),
+            "over_4_min": sum(1 for r in mine if r["wall_s"] > 240),
+            **_token_agreement(mine),
+            **_guided_summary(mine),
         }
     return out
+
+
+def _token_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pre-call estimates against the endpoint's reported prompt tokens, over the questions that called it."""
+    called = [r for r in rows if r.get("prompt_tokens") and r.get("estimated_prompt_tokens")]
+    if not called:
+        return {}
+    estimated = sum(r["estimated_prompt_tokens"] for r in called)
+    actual = sum(r["prompt_tokens"] for r in called)
+    worst = max(abs(r["estimated_prompt_tokens"] - r["prompt_tokens"]) / r["prompt_tokens"] for r in called)
+    return {"estimated_prompt_tokens": estimated, "reported_prompt_tokens": actual,
+            "estimate_error": round((estimated - actual) / actual, 4), "estimate_error_worst_question": round(worst, 4)}
+
+
+def _guided_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Guided rounds: valid calls on the first try and after at most one repair, prompt tokens per call."""
+    rounds = [g for r in rows for g in r.get("guided") or []]
+    if not rounds:
+        return {}
+    per_call = [t for g in rounds for t in g.get("prompt_tokens") or []]
+    choices: dict[str, int] = defaultdict(int)
+    for g in rounds:
+        choices[str(g.get("choice"))] += 1
+    return {"rounds": len(rounds),
+            "valid_calls_first_try": sum(1 for g in rounds if g.get("valid_first_try")) / len(rounds),
+            "valid_calls_after_repair": sum(1 for g in rounds if g.get("valid")) / len(rounds),
+            "round_prompt_tokens_max": max(per_call, default=0),
+            "round_prompt_tokens_mean": statistics.fmean(per_call) if per_call else 0.0,
+            "choices": dict(sorted(choices.items()))}
 
 
 def runner_arguments(description: str, n: int) -> argparse.ArgumentParser:
@@ -136,7 +175,7 @@ def runner_arguments(description: str, n: int) -> argparse.ArgumentParser:
     parser.add_argument("--n", type=int, default=n)
     parser.add_argument("--stratify", default=None, help="bench column to spread the questions over (e.g. style)")
     parser.add_argument("--model", default=os.environ.get("SKB_OPENAI_MODEL", "local"))
-    parser.add_argument("--method", action="append", choices=METHODS, help="default: both")
+    parser.add_argument("--method", action="append", choices=METHODS, help="default: all")
     parser.add_argument("--set", action="append", default=[], help="AgentConfig KEY=JSON for both methods")
     return parser
 

@@ -262,6 +262,17 @@ def _plan_once(name: str, bundle: Any, **overrides: Any) -> Retriever:
 _REGISTRY["agent-plan-once"] = (_plan_once, _agent_options)
 
 
+def _guided(name: str, bundle: Any, **overrides: Any) -> Retriever:
+    """``agent-guided``: the LLM planner in guided loop mode (each round: enums of what exists, the offline
+    planner's next actions as a menu, a bounded state block); needs OPENAI_API_KEY, model via ``--set model=``."""
+    if overrides.get("planner_mode", "guided") != "guided":
+        raise ConfigError(f"method {name!r} fixes planner_mode='guided'; use method 'agent' for the loop mode")
+    return AgentMethod(name, bundle, sage_policy="never", **{"planner": "openai", **overrides, "planner_mode": "guided"})
+
+
+_REGISTRY["agent-guided"] = (_guided, _agent_options)
+
+
 def method_names() -> list[str]:
     """Every name ``make_method`` accepts (including registered extras)."""
     return list(_REGISTRY)

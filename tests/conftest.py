@@ -3,6 +3,7 @@
 - ``hpo_mini_skb``: the SKB of tests/fixtures/hpo_mini (60 nodes: Apert/Crouzon/Marfan... phenotypes, genes).
 - ``hpo_index_dir``: a real index (FalkorDB store, HNSW, BM25, MiniLM embeddings) built once per session.
 - ``hpo_bundle``: an IndexBundle on that index, opened once per session (its FalkorDB server closes at the end).
+- ``_token_calibration_per_test`` (autouse): token-count calibration reset around every test.
 """
 
 from __future__ import annotations
@@ -52,3 +53,14 @@ def hpo_bundle(hpo_index_dir: Path) -> Iterator[IndexBundle]:
 
 # ``openai_stub``: a local OpenAI-compatible HTTP server with scripted replies (see tests/openai_stub.py).
 from tests.openai_stub import openai_stub  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _token_calibration_per_test() -> Iterator[None]:
+    """Every test: the token-count calibration (``graphs.tokens``, per model name, process-wide) starts empty,
+    so the usage a scripted model reports in one test does not scale the counts of the next."""
+    from graphs.tokens import reset_calibration
+
+    reset_calibration()
+    yield
+    reset_calibration()

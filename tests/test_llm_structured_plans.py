@@ -16,10 +16,11 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
-from agent.planning.llm import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
+from agent.planning.llm import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, prompt_text, validate_plan
 from agent.planning.structured import NearJSONError, parse_near_json
 from graphs.errors import ConfigError, PlannerError
 from graphs.skb.model import GraphSchema, LabelInfo, RelationInfo
+from graphs.tokens import count_tokens, reset_calibration
 from tests.openai_stub import Stub, completion
 
 pytestmark = pytest.mark.integration
@@ -301,12 +302,13 @@ def test_plan_once_prompt_stays_within_the_token_budget(hpo_bundle: Any) -> None
 
     def prompt_of(budget: int) -> tuple[float, list[str], bool]:
         cfg = config(planner_mode="plan-once", plan_prompt_tokens=budget, max_entities=50)
+        reset_calibration()  # the scripted usage (100 tokens) of the previous ask would scale the count
         model = ScriptedChatModel([plan_call(GOOD_PLAN)])
         result = ask(question, bundle=hpo_bundle, config=cfg, chat_model=model)
         assert len(model.calls) == 1 and result.llm_calls == 1
         prompt = model.calls[0]
         tool = model.bound_tools[0]["function"]
-        size = (sum(len(str(m.content)) for m in prompt) + len(json.dumps(tool))) / 4
+        size = count_tokens(prompt_text(prompt)) + count_tokens(json.dumps(tool))  # real tokens, as budgeted
         listed = [line for line in str(prompt[-1].content).splitlines() if line.startswith("- ")]
         return size, listed, "anyOf" in tool["parameters"]
 
@@ -435,7 +437,7 @@ def test_the_plan_tool_offers_each_target_only_the_walks_that_reach_it() -> None
     assert all(alt["properties"]["sources"]["items"]["enum"] == ["a1"] for alt in params["anyOf"])
     assert "$ref" not in json.dumps(params)
     # the choices must fit a third of the plan prompt's budget, else the hop-by-hop form is offered
-    size = len(json.dumps(params)) / 4
+    size = len(json.dumps(params)) / 4  # the share is counted in characters / 4 (see CHOICES_BUDGET_SHARE)
     assert "anyOf" in plan_parameters(PlanOnceSpec, paper_schema(), 2, linked, budget_tokens=int(3 * size) + 1)
     hops = plan_parameters(PlanOnceSpec, paper_schema(), 2, linked, budget_tokens=int(3 * size) - 30)
     assert "anyOf" not in hops and hops["properties"]["relation_paths"]["items"]["type"] == "array"

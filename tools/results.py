@@ -25,11 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from graphs.errors import CypherValidationError
 from graphs.store.cypher_guard import extract_refs
 from graphs.text_safety import clean_text
+from graphs.tokens import count_tokens, count_tokens_many
 
-#: Default token budget of one tool result's model-facing text (chars / 4 estimate).
+#: Default token budget of one tool result's model-facing text (real tokens, ``graphs.tokens``).
 DEFAULT_BUDGET_TOKENS = 1500
-#: Characters per token in the budget estimate (the usual rule of thumb for English and keys).
+#: Characters per token of English prose: only to size string cuts (a name cut to so many characters),
+#: never to count a budget (JSON and keys run at 2-3 characters per token).
 CHARS_PER_TOKEN = 4
+#: Items measured per tokenizer batch while a result is fitted to its budget.
+_FIT_BATCH = 32
 #: Answer keys the finish text echoes back.
 FINISH_ECHO = 20
 #: Longest name or text fragment one line of model text shows.
@@ -37,8 +41,8 @@ LINE_TEXT_CHARS = 80
 
 
 def estimate_tokens(text: str) -> int:
-    """Tokens of ``text`` as the budget counts them (characters / 4, rounded up)."""
-    return -(-len(text) // CHARS_PER_TOKEN)
+    """Tokens of ``text`` as the budgets count them: ``graphs.tokens.count_tokens`` (a real tokenizer)."""
+    return count_tokens(text)
 
 
 def _cut(text: str, limit: int = LINE_TEXT_CHARS) -> str:
@@ -63,26 +67,44 @@ def _fit_json(
 
     Why JSON: planners (and scripts) parse it without a bespoke grammar; compact separators and short
     item dicts keep it close to a table's size."""
-    limit = max(1, budget_tokens) * CHARS_PER_TOKEN
-    head = _shrink(head, limit // 8)
+    budget = max(1, budget_tokens)
+    head = _shrink(head, budget * CHARS_PER_TOKEN // 8)
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     empty = _compact({**head, field: []})  # ...,"<field>":[]}
-    reserve = 40 + len(narrow_hint) + len(_compact(count))
-    used = len(empty)
+    tail_text = _compact({"omitted": count, "note": f"token budget {budget_tokens}: {narrow_hint}"})
+    reserve = count_tokens(tail_text) + 2
+    used = count_tokens(empty)
     kept: list[str] = []
-    for item in items:
-        text = _compact(item)
-        if used + len(text) + 1 > limit - reserve:
+    sizes: list[int] = []
+    iterator = iter(items)
+    full = False
+    while not full:
+        chunk = [_compact(item) for _, item in zip(range(_FIT_BATCH), iterator, strict=False)]
+        if not chunk:
             break
-        kept.append(text)
-        used += len(text) + 1
-    # the items' JSON, measured above, is spliced in rather than encoded a second time
-    parts = [empty[:-2], ",".join(kept), "]"]
-    if len(kept) < count:
-        tail = {"omitted": count - len(kept), "note": f"token budget {budget_tokens}: {narrow_hint}"}
-        parts.append("," + _compact(tail)[1:-1])
-    parts.append("}")
-    return "".join(parts)
+        for text, tokens in zip(chunk, count_tokens_many(chunk), strict=True):
+            if used + tokens + 1 > budget - reserve:
+                full = True
+                break
+            kept.append(text)
+            sizes.append(tokens)
+            used += tokens + 1
+
+    def render(kept: list[str]) -> str:
+        # the items' JSON, measured above, is spliced in rather than encoded a second time
+        parts = [empty[:-2], ",".join(kept), "]"]
+        if len(kept) < count:
+            tail = {"omitted": count - len(kept), "note": f"token budget {budget_tokens}: {narrow_hint}"}
+            parts.append("," + _compact(tail)[1:-1])
+        parts.append("}")
+        return "".join(parts)
+
+    text = render(kept)
+    # the sum of the parts' counts is close, not exact, at the joins: the whole is checked once
+    while kept and count_tokens(text) > budget:
+        kept.pop()
+        text = render(kept)
+    return text
 
 
 def _shrink(value: Any, chars: int) -> Any:
@@ -320,7 +342,7 @@ class ToolError(_Result):
         error = self.error.model_dump()
         text = _compact({"error": error})
         limit = max(1, budget_tokens) * CHARS_PER_TOKEN
-        if len(text) > limit:  # keep it JSON: shorten the message and hint, not the structure
+        if count_tokens(text) > budget_tokens:  # keep it JSON: shorten the message and hint, not the structure
             room = max(20, (limit - 80 - len(error["type"])) // 2)
             error = {**error, "message": _cut(error["message"], room), "hint": _cut(error["hint"], room)}
             text = _compact({"error": error})

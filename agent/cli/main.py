@@ -90,7 +90,8 @@ def ask_command(
     max_rounds: Annotated[int | None, typer.Option(help="planner rounds T", min=1, max=50)] = None,
     model: Annotated[str | None, typer.Option(help="LLM model name (planner openai)")] = None,
     planner_mode: Annotated[
-        str, typer.Option(help="loop (the LLM picks tools every round) | plan-once (one LLM call plans, rules execute)")
+        str, typer.Option(help="loop (the LLM picks tools every round) | plan-once (one LLM call plans, rules execute) | "
+                          "guided (loop mode for small models: enums of what exists, a menu, a bounded state block)")
     ] = "loop",
     max_llm_calls: Annotated[int | None, typer.Option(help="LLM calls per question", min=1)] = None,
     max_prompt_tokens: Annotated[int | None, typer.Option(help="prompt tokens per question", min=1)] = None,
@@ -124,8 +125,8 @@ def ask_command(
             raise ConfigError(f"unknown --planner {planner!r}; use offline or openai")
         if policy not in ("always", "skip-when-explicit-edges", "never"):
             raise ConfigError(f"unknown --policy {policy!r}; use always, skip-when-explicit-edges or never")
-        if planner_mode not in ("loop", "plan-once"):
-            raise ConfigError(f"unknown --planner-mode {planner_mode!r}; use loop or plan-once")
+        if planner_mode not in ("loop", "plan-once", "guided"):
+            raise ConfigError(f"unknown --planner-mode {planner_mode!r}; use loop, plan-once or guided")
         if rerank not in ("none", "pointwise", "listwise", "pairwise"):
             raise ConfigError(f"unknown --rerank {rerank!r}; use none, pointwise, listwise or pairwise")
         if fallback_fusion not in ("minmax", "rrf", "dice"):
@@ -163,7 +164,9 @@ def ask_command(
     print_text(console, result.answer)
     notes = [f"steps {result.steps}", f"tool calls {result.tool_calls}", f"{result.timings_ms.get('total', 0):.0f} ms"]
     if result.llm_calls:
-        notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens)")
+        estimated = sum(u.estimated_prompt_tokens for u in result.usage_by_stage.values())
+        notes.append(f"LLM calls {result.llm_calls} ({result.prompt_tokens}+{result.completion_tokens} tokens; "
+                     f"prompt estimated {estimated} before the calls)")
     if result.fallback_used:
         notes.append("fallback search used")
     if result.stopped_by_budget:

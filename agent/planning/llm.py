@@ -30,6 +30,7 @@ from agent.planning.structured import bind_structured, compact_schema, compact_s
 from graphs.errors import ConfigError, PlannerError
 from graphs.skb.model import GraphSchema
 from graphs.text_safety import quoted
+from graphs.tokens import count_tokens, raw_count, record_usage
 from prompts import load_prompt, render_prompt
 
 if TYPE_CHECKING:
@@ -118,8 +119,21 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and status in _TRANSIENT_STATUS
 
 
-def _prompt_chars(messages: Sequence[BaseMessage]) -> int:
-    return sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", None) or [])) for m in messages)
+def prompt_text(messages: Sequence[BaseMessage], model: object = None) -> str:
+    """What a call sends, as one text to count: every message's content and tool calls, and the tool
+    schemas bound to ``model`` (a ``bind_tools`` binding carries them in ``kwargs``)."""
+    parts = [str(m.content) + (json.dumps(m.tool_calls) if isinstance(m, AIMessage) and m.tool_calls else "")
+             for m in messages]
+    kwargs = getattr(model, "kwargs", None)
+    if isinstance(kwargs, Mapping) and kwargs.get("tools"):
+        parts.append(json.dumps(kwargs["tools"], ensure_ascii=False, default=str))
+    return "\n".join(parts)
+
+
+def prompt_tokens(messages: Sequence[BaseMessage], model_name: str | None, model: object = None) -> int:
+    """The prompt's tokens before the call (``graphs.tokens.count_tokens``, calibrated for ``model_name``
+    by the usage its earlier replies reported)."""
+    return count_tokens(prompt_text(messages, model), model_name)
 
 
 def invoke_with_retry(
@@ -157,7 +171,7 @@ def invoke_with_retry(
             waited = timeout_s if timeout_s is not None else config.llm_timeout_s
             raise PlannerTimeoutError(
                 f"the planner model timed out after {waited:g} s on a prompt of about "
-                f"{_prompt_chars(messages) // 4:,} tokens; not retried with the same prompt: raise llm_timeout_s, "
+                f"{prompt_tokens(messages, config.model, model):,} tokens; not retried with the same prompt: raise llm_timeout_s, "
                 "use a faster endpoint, or shrink the prompt (planner_mode plan-once, tool_output_tokens, max_entities)"
             ) from exc
         raise PlannerCallError(f"planner model call failed: {type(exc).__name__}: {exc}") from exc
@@ -173,18 +187,22 @@ class Usage:
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_prompt_tokens: int = 0
+    """The pre-call estimates (``prompt_tokens`` the function) of the same calls: reports show both."""
 
-    def add(self, message: AIMessage) -> None:
+    def add(self, message: AIMessage, estimate: int = 0) -> None:
         self.llm_calls += 1
         meta: Mapping[str, Any] = message.usage_metadata or {}
         self.prompt_tokens += int(meta.get("input_tokens", 0) or 0)
         self.completion_tokens += int(meta.get("output_tokens", 0) or 0)
+        self.estimated_prompt_tokens += estimate
 
     def as_dict(self) -> dict[str, int]:
         return {
             "llm_calls": self.llm_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "estimated_prompt_tokens": self.estimated_prompt_tokens,
         }
 
 
@@ -203,6 +221,8 @@ class Budget:
 
     max_calls: int | None = None
     max_prompt_tokens: int | None = None
+    model_name: str | None = None
+    """Whose calibration the pre-call estimate uses (``graphs.tokens``)."""
     deadline: float | None = None
     """Epoch seconds (``time.time()``) after which no model call starts."""
     calls: int = 0
@@ -216,27 +236,29 @@ class Budget:
         return cls(
             max_calls=cfg.max_llm_calls,
             max_prompt_tokens=cfg.max_prompt_tokens,
+            model_name=cfg.model,
             deadline=(started_at + cfg.max_wall_s) if cfg.max_wall_s is not None and started_at else None,
             calls=sum(int(u.get("llm_calls", 0) or 0) for u in spent),
             prompt_tokens=sum(int(u.get("prompt_tokens", 0) or 0) for u in spent),
         )
 
-    def check(self, messages: Sequence[BaseMessage]) -> None:
-        """Raise BudgetSpentError when no further call fits (the prompt size is estimated as chars/4)."""
+    def check(self, messages: Sequence[BaseMessage], model: object = None) -> int:
+        """Raise BudgetSpentError when no further call fits; returns the call's prompt estimate (real tokens,
+        calibrated for the model, with the tool schemas bound to ``model``)."""
         if self.max_calls is not None and self.calls >= self.max_calls:
             raise BudgetSpentError(
                 "llm_calls", f"LLM call budget spent ({self.calls} of max_llm_calls={self.max_calls})"
             )
-        if self.max_prompt_tokens is not None:
-            estimate = _prompt_chars(messages) // 4
-            if self.prompt_tokens + estimate > self.max_prompt_tokens:
-                raise BudgetSpentError(
-                    "prompt_tokens",
-                    f"prompt token budget spent ({self.prompt_tokens:,} used + about {estimate:,} for the next call "
-                    f"> max_prompt_tokens={self.max_prompt_tokens:,})",
-                )
+        estimate = prompt_tokens(messages, self.model_name, model)
+        if self.max_prompt_tokens is not None and self.prompt_tokens + estimate > self.max_prompt_tokens:
+            raise BudgetSpentError(
+                "prompt_tokens",
+                f"prompt token budget spent ({self.prompt_tokens:,} used + about {estimate:,} for the next call "
+                f"> max_prompt_tokens={self.max_prompt_tokens:,})",
+            )
         if self.deadline is not None and time.time() >= self.deadline:
             raise BudgetSpentError("wall_time", "wall-time budget spent (max_wall_s) before the next LLM call")
+        return estimate
 
     def timeout(self, cfg: AgentConfig) -> float | None:
         """The call's timeout: ``llm_timeout_s``, or less when the wall-time budget ends sooner."""
@@ -252,8 +274,9 @@ class Budget:
         cfg: AgentConfig,
         usage: Usage,
     ) -> AIMessage:
-        """One budgeted model call (retries as ``invoke_with_retry``); its cost is added to ``usage``."""
-        self.check(messages)
+        """One budgeted model call (retries as ``invoke_with_retry``); its cost is added to ``usage``, and the
+        endpoint's reported prompt tokens calibrate the model's estimate (``graphs.tokens.record_usage``)."""
+        estimate = self.check(messages, model)
         timeout = self.timeout(cfg)
         try:
             reply = invoke_with_retry(model, messages, cfg, timeout_s=timeout)
@@ -261,10 +284,13 @@ class Budget:
             if timeout is not None:  # the wall-time budget cut this call short
                 raise BudgetSpentError("wall_time", f"wall-time budget spent (max_wall_s) during an LLM call: {exc}") from exc
             raise
-        usage.add(reply)
+        usage.add(reply, estimate)
         self.calls += 1
         meta: Mapping[str, Any] = reply.usage_metadata or {}
-        self.prompt_tokens += int(meta.get("input_tokens", 0) or 0)
+        reported = int(meta.get("input_tokens", 0) or 0)
+        self.prompt_tokens += reported
+        if self.model_name and reported:
+            record_usage(self.model_name, raw_count(prompt_text(messages, model), self.model_name), reported)
         return reply
 
 
@@ -651,6 +677,9 @@ def plan_parameters(
             "required": required,
         })
     offered = {"anyOf": alternatives}
+    # the share was tuned on characters / 4 of this JSON (HPO's walks: ~750 of the model's own tokens); the shipped
+    # WordPiece tokenizer counts walk text like "(A)<-[REL_NAME]-(B)" ~1.5x denser than Qwen's BPE, so a real count
+    # here would drop HPO's walk choices, which made every plan valid -- the whole prompt is still budgeted in real tokens
     if budget_tokens is not None and len(json.dumps(offered)) / 4 > budget_tokens * CHOICES_BUDGET_SHARE:
         return params  # too many walks to spell out within the prompt budget: the hop-by-hop form
     return offered
@@ -688,13 +717,16 @@ def _plan_messages(
     that they and the plan tool (``parameters``, from ``plan_parameters``) fit ``plan_prompt_tokens``."""
     spec: type[PlanSpec] = PlanOnceSpec if once else PlanSpec
     tool = tool_spec(spec, PLAN_TOOL, PLAN_TOOL_DESCRIPTION, parameters)
-    tool_chars = len(json.dumps(tool)) if config.structured_output == "tool" else 0
+    tool_tokens = count_tokens(json.dumps(tool), config.model) if config.structured_output == "tool" else 0
     answer = (
         f"Call `{PLAN_TOOL}` with these fields."
         if config.structured_output == "tool"
         else "Answer with one JSON object with these fields and nothing else."
     )
-    budget_chars = config.plan_prompt_tokens * 4 - tool_chars
+    budget = config.plan_prompt_tokens - tool_tokens
+
+    def size(messages: Sequence[BaseMessage]) -> int:
+        return count_tokens(prompt_text(messages), config.model)
 
     def render(schema_body: str, entities: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
         system = render_prompt(
@@ -711,11 +743,13 @@ def _plan_messages(
     entities = list(linked)
     body = schema_text if schema_text is not None else schema.render()
     messages = render(body, entities)
-    while _prompt_chars(messages) > budget_chars and entities:
+    if size(messages) > budget and size(render(body, entities[:1])) > budget:
+        # the schema alone is too long: names only, so the entities keep their room
+        body = compact_schema_text(schema)
+        messages = render(body, entities)
+    while size(messages) > budget and entities:
         entities = entities[: len(entities) // 2] if len(entities) > 4 else entities[:-1]
         messages = render(body, entities)
-    if _prompt_chars(messages) > budget_chars:  # the schema alone is too long: names only
-        messages = render(compact_schema_text(schema), entities)
     return messages
 
 
@@ -746,12 +780,12 @@ def llm_plan(
     def invoke(history: Sequence[BaseMessage]) -> AIMessage:
         return budget.call(bound, history, config, usage)
 
-    first_tokens = (_prompt_chars(messages) + len(json.dumps(parameters))) // 4
+    first_tokens = count_tokens(prompt_text(messages) + json.dumps(parameters), config.model)
 
     def shorter(history: Sequence[BaseMessage]) -> list[BaseMessage]:
         """The repair keeps the first prompt when both calls fit ``plan_prompt_tokens`` (servers reuse the
         cached prefix, so the repair costs only the new turn); else it carries the schema as names only."""
-        # the first call's real prompt size when the server reported it (chars/4 underestimates JSON and keys)
+        # the first call's prompt size as the server reported it, else the estimate
         replies = [m for m in history if isinstance(m, AIMessage)]
         meta: Mapping[str, Any] = (replies[0].usage_metadata or {}) if replies else {}
         first = int(meta.get("input_tokens", 0) or 0) or first_tokens

@@ -47,6 +47,7 @@ from graphs.skb.model import SKB, GraphSchema
 from graphs.store.aggregate import JoinCondition, JoinTriplet, constraint_join_query
 from graphs.store.cypher_guard import check_against_schema
 from graphs.text_safety import quoted
+from graphs.tokens import count_tokens
 from prompts import render_prompt
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ def offline_spec(
 def constraint_messages(
     question: str, schema: GraphSchema, linked: Sequence[Mapping[str, Any]], budget_tokens: int, mode: OutputMode
 ) -> list[BaseMessage]:
-    """The extraction prompt within ``budget_tokens`` (chars/4): linked entities are dropped from the
+    """The extraction prompt within ``budget_tokens`` (real tokens, ``graphs.tokens``): linked entities are dropped from the
     end, then the schema shrinks to names only, until it fits."""
     answer = (
         f"Call `{CONSTRAINT_TOOL}` with the fields." if mode == "tool" else "Answer with one JSON object only."
@@ -209,7 +210,7 @@ def constraint_messages(
         return [SystemMessage(system), HumanMessage(f"Question: {quoted(question)}\nEntities found in it:\n{lines}")]
 
     def size(messages: Sequence[BaseMessage]) -> int:
-        return sum(len(str(m.content)) for m in messages) // 4
+        return sum(count_tokens(str(m.content)) for m in messages)
 
     entities = list(linked)
     messages = render(schema.render(), entities)
