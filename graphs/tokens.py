@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.resources
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -126,11 +127,21 @@ def tokenizer_name(model: str | None = None) -> str:
     return _encoder(model)[0]
 
 
+def _encodable(text: str) -> str:
+    """``text`` with lone surrogates replaced: a tokenizer takes only valid Unicode, and graph data or a
+    hostile argument may hold a lone ``\ud800`` (it costs one token either way)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return re.sub("[\ud800-\udfff]", "\ufffd", text)
+    return text
+
+
 def raw_count(text: str, model: str | None = None) -> int:
     """Tokens of ``text`` by the tokenizer alone, without the model's calibration."""
     if not text:
         return 0
-    return _encoder(model)[1]([text])[0]
+    return _encoder(model)[1]([_encodable(text)])[0]
 
 
 @dataclass
@@ -171,7 +182,7 @@ def count_tokens_many(texts: Sequence[str], model: str | None = None) -> list[in
     if not texts:
         return []
     factor = _factor(model)
-    return [math.ceil(n * factor) for n in _encoder(model)[1](texts)]
+    return [math.ceil(n * factor) for n in _encoder(model)[1]([_encodable(t) for t in texts])]
 
 
 def record_usage(model: str, raw_tokens: int, reported_tokens: int) -> None:

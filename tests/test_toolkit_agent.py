@@ -139,10 +139,10 @@ def test_ask_answers_compactly_with_evidence_and_keeps_the_full_result(hpo_bundl
 
 def test_ask_budget_and_full_context_on_request(hpo_bundle: IndexBundle) -> None:
     roomy = json.loads(str(_ask(SKBToolkit(hpo_bundle, callbacks=[]), question=APERT).content))
-    tight = SKBToolkit(hpo_bundle, callbacks=[], ask_output_tokens=150)
+    tight = SKBToolkit(hpo_bundle, callbacks=[], ask_output_tokens=240)  # real tokens: one answer costs ~160
     text = str(_ask(tight, question=APERT).content)
     answers = json.loads(text)["answers"]
-    assert estimate_tokens(text) <= 150 and 1 <= len(answers) < len(roomy["answers"])
+    assert estimate_tokens(text) <= 240 and 1 <= len(answers) < len(roomy["answers"])
     assert answers == roomy["answers"][: len(answers)]
     # a k below the default lists fewer answers
     assert len(json.loads(str(_ask(SKBToolkit(hpo_bundle, callbacks=[]), question=APERT, k=2).content))["answers"]) <= 2
@@ -170,7 +170,8 @@ def test_a_model_sending_null_for_optional_arguments_gets_the_defaults(hpo_bundl
             "args": {"text": "Proptosis", "k": None, "label": None},
         }
     )
-    assert len(json.loads(str(message.content))["hits"]) == min(20, len(hpo_bundle.skb.nodes))
+    # the default k (20) was used: the typed result holds them all (the text shows what fits its token budget)
+    assert len(message.artifact.hits) == min(20, len(hpo_bundle.skb.nodes))
     with pytest.raises(Exception, match="text"):  # a required argument stays required
         tool.invoke({"text": None})
 

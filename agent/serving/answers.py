@@ -116,7 +116,11 @@ def compact_answers(
             break
         kept.append(row)
         used += cost
-    return _dump({"top_answer": top_name, "answers": kept, "more": total - len(kept), "note": NOTE})
+    text = _dump({"top_answer": top_name, "answers": kept, "more": total - len(kept), "note": NOTE})
+    while len(kept) > 1 and estimate_tokens(text) > budget_tokens:  # a real tokenizer's count is not a sum of parts
+        kept.pop()
+        text = _dump({"top_answer": top_name, "answers": kept, "more": total - len(kept), "note": NOTE})
+    return text
 
 
 def full_context(result: AgentResult, *, budget_tokens: int) -> str:
@@ -145,11 +149,18 @@ def full_context(result: AgentResult, *, budget_tokens: int) -> str:
             break
         kept.append(row)
         used += cost
-    out: dict[str, Any] = {**head, "context": kept}
-    if len(kept) < total:
-        out["omitted"] = total - len(kept)
-        out["note"] = hint
-    return _dump(out)
+    def render(rows: list[dict[str, Any]]) -> str:
+        out: dict[str, Any] = {**head, "context": rows}
+        if len(rows) < total:
+            out["omitted"] = total - len(rows)
+            out["note"] = hint
+        return _dump(out)
+
+    text = render(kept)
+    while len(kept) > 1 and estimate_tokens(text) > budget_tokens:  # a real tokenizer's count is not a sum of parts
+        kept.pop()
+        text = render(kept)
+    return text
 
 
 __all__ = ["ASK_OUTPUT_TOKENS", "TOP_ANSWERS", "compact_answers", "evidence_line", "full_context"]
