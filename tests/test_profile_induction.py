@@ -205,3 +205,24 @@ def test_llm_plan_offers_the_ranked_walks_when_there_are_too_many(
                         sources=["Quiet Harbor"])
     assert validate_plan(plan, schema, 3, linked, None, preferred) == []
     assert plan.relation_paths[0][0].rel == "written_by"  # type: ignore[union-attr]
+
+
+def test_a_ranked_walk_choice_sets_the_target_where_it_ends(
+    embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from agent.planning import llm
+    from agent.planning.llm import PlanOnceSpec, validate_plan
+    from agent.planning.walks import ranked_walks
+
+    monkeypatch.setattr(llm, "MAX_PATH_CHOICES", 4)
+    skb = load_triples(_write(tmp_path, STYLES["snake_case"]), parse_profile({"planner": {"max_hops": 3}}))
+    linked = [{"key": "Quiet Harbor", "label": "Entity", "mention": "Quiet Harbor", "method": "exact", "score": 1.0}]
+    preferred = ranked_walks(SimpleNamespace(skb=skb, embedder=embedder), "who wrote [Quiet Harbor]", linked, top=5)
+    # a small model picks the right walk but names another answer type
+    plan = PlanOnceSpec(target_type="Subject", relation_paths=["(Entity)-[written_by]->(IllustratedBy)"],
+                        sources=["Quiet Harbor"])
+    fixes: list[str] = []
+    assert validate_plan(plan, skb.schema(), 3, linked, fixes, preferred) == []
+    assert plan.target_type == "IllustratedBy" and "where the chosen walks end" in fixes[0]

@@ -518,6 +518,13 @@ def validate_plan(
     rels = schema.relation_names()
     label_set, rel_set = set(labels), set(rels)
     errors: list[str] = _read_walks(plan, schema, max_hops, linked, preferred)
+    ends = {path[-1].to_label for path in plan.relation_paths if isinstance(path, list) and path}
+    if preferred and not errors and len(ends) == 1 and plan.target_type not in ends:
+        # the chosen walks (the path planner's ranked ones) say where the answer is: their end is the target
+        (end,) = ends
+        if fixes is not None:
+            fixes.append(f"target_type {plan.target_type!r} read as {end!r}, where the chosen walks end")
+        plan.target_type = end
     target = plan.target_type
     if target is not None and target not in label_set:
         errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
