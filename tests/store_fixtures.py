@@ -61,8 +61,8 @@ java.util.logging.ConsoleHandler.level = SEVERE
 def start_arcadedb(root: Path) -> tuple[Any, str]:
     """An in-process ArcadeDB server with its Neo4j-compatible Bolt plugin: (server, bolt URI).
 
-    Started as tests/test_store_neo4j.py starts its own (small heap, quiet logging, JPype's exit hook
-    off); the caller stops it with ``server.stop()`` and creates its databases with ``create_database``.
+    Small heap, quiet logging, JPype's exit hook off; the caller stops it with ``server.stop()`` and creates
+    its databases with ``create_database``.
     """
     import jpype
     import jpype.config

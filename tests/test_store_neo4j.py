@@ -18,57 +18,20 @@ from graphs.errors import ConfigError, CypherValidationError, ReadOnlyViolationE
 from graphs.skb.model import SKB, Node
 from graphs.store import open_store
 from graphs.store.neo4j_store import Neo4jStore
-from tests.store_fixtures import free_port, tiny_skb
+from tests.store_fixtures import ARCADEDB_PASSWORD, free_port, start_arcadedb, tiny_skb
 
 pytestmark = pytest.mark.integration
 
-PASSWORD = "skb-test-password"
+PASSWORD = ARCADEDB_PASSWORD
 DATABASE = "skbtest"
-
-_QUIET_JUL = """handlers = java.util.logging.ConsoleHandler
-.level = WARNING
-java.util.logging.ConsoleHandler.level = SEVERE
-"""
-
 
 @pytest.fixture(scope="module")
 def bolt_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import jpype
-
     pytest.importorskip("arcadedb_embedded")
-    from arcadedb_embedded.server import ArcadeDBServer
-
-    root = tmp_path_factory.mktemp("arcadedb")
-    # JPype's exit hook (_JTerminate) intermittently segfaults while the JVM is torn down next to
-    # torch's and our other threads, turning a passing run into exit code 139. The server is stopped
-    # in this fixture's teardown, so nothing is left for the exit hook to clean up: skip it.
-    import jpype.config
-
-    jpype.config.onexit = False
-    jvm_kwargs: dict[str, Any] | None = None
-    if not jpype.isJVMStarted():
-        # small heap; java.util.logging config so ArcadeDB neither floods stderr nor writes ./log/ in the cwd
-        (root / "logging.properties").write_text(_QUIET_JUL)
-        jvm_kwargs = {
-            "heap_size": "384m",
-            "jvm_args": [f"-Djava.util.logging.config.file={root / 'logging.properties'}"],
-        }
-    bolt_port = free_port()
-    server = ArcadeDBServer(
-        str(root / "databases"),
-        root_password=PASSWORD,
-        config={
-            "host": "127.0.0.1",
-            "http_port": free_port(),
-            "server_plugins": "Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
-            "bolt_port": bolt_port,
-        },
-        jvm_kwargs=jvm_kwargs,
-    )
-    server.start()
+    server, uri = start_arcadedb(tmp_path_factory.mktemp("arcadedb"))
     try:
         server.create_database(DATABASE)
-        yield f"bolt://127.0.0.1:{bolt_port}"
+        yield uri
     finally:
         server.stop()
 
