@@ -226,3 +226,27 @@ def test_a_ranked_walk_choice_sets_the_target_where_it_ends(
     fixes: list[str] = []
     assert validate_plan(plan, skb.schema(), 3, linked, fixes, preferred) == []
     assert plan.target_type == "IllustratedBy" and "where the chosen walks end" in fixes[0]
+
+
+def test_a_ranked_walk_that_stops_short_is_extended_to_the_target(
+    embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from agent.planning import llm
+    from agent.planning.llm import PlanOnceSpec, validate_plan
+    from agent.planning.walks import ranked_walks
+
+    monkeypatch.setattr(llm, "MAX_PATH_CHOICES", 4)
+    skb = load_triples(_write(tmp_path, STYLES["snake_case"]), parse_profile({"planner": {"max_hops": 3}}))
+    linked = [{"key": "Quiet Harbor", "label": "Entity", "mention": "Quiet Harbor", "method": "exact", "score": 1.0}]
+    question = "which books share a writer with [Quiet Harbor]"
+    preferred = ranked_walks(SimpleNamespace(skb=skb, embedder=embedder), question, linked, top=5)
+    # the model names the right answer type but picks only the first hop of the walk
+    plan = PlanOnceSpec(target_type="Entity", relation_paths=["(Entity)-[written_by]->(IllustratedBy)"],
+                        sources=["Quiet Harbor"])
+    fixes: list[str] = []
+    assert validate_plan(plan, skb.schema(), 3, linked, fixes, preferred) == []
+    assert plan.target_type == "Entity" and "extended" in fixes[0]
+    assert [(h.rel, h.direction) for h in plan.relation_paths[0]] == [  # type: ignore[union-attr]
+        ("written_by", "out"), ("written_by", "in")]

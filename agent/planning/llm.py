@@ -494,6 +494,47 @@ def _read_walks(
     return errors
 
 
+def _hops(steps: Sequence[Any]) -> list[tuple[str, str, str]]:
+    return [(_field(h, "rel"), _field(h, "direction"), _field(h, "to_label")) for h in steps]
+
+
+def _reconcile_walks(plan: PlanSpec, preferred: Sequence[RankedWalk], fixes: list[str] | None) -> None:
+    """Make the chosen ranked walks and the target type agree (a small model often gets one of them right).
+
+    A walk that stops short of the target is extended to the best-ranked walk that begins with it and ends
+    at the target ("the writer of X" chosen for "release years of the movies written by the writer of X");
+    when none does and every chosen walk ends at one label, that label is the target."""
+    target = plan.target_type
+    paths = [p for p in plan.relation_paths if isinstance(p, list) and p]
+    if not paths or all(p[-1].to_label == target for p in paths):
+        return
+    ranked = [_steps_of(hops) for _, hops in preferred]
+    extended: list[list[PlanStepSpec] | str] = []
+    changed = False
+    for path in plan.relation_paths:
+        if isinstance(path, list) and path and path[-1].to_label != target:
+            head = _hops(path)
+            longer = next((w for w in ranked if len(w) > len(path) and _hops(w[: len(path)]) == head
+                           and w[-1].to_label == target), None)
+            if longer is not None:
+                if fixes is not None:
+                    fixes.append(f"walk {_hops(path)} extended to the ranked walk {_hops(longer)} that reaches "
+                                 f"target_type {target!r}")
+                extended.append(longer)
+                changed = True
+                continue
+        extended.append(path)
+    if changed:
+        plan.relation_paths = extended
+        return
+    ends = {p[-1].to_label for p in paths}
+    if len(ends) == 1:
+        (end,) = ends
+        if fixes is not None:
+            fixes.append(f"target_type {target!r} read as {end!r}, where the chosen walks end")
+        plan.target_type = end
+
+
 def validate_plan(
     plan: PlanSpec,
     schema: GraphSchema,
@@ -518,13 +559,8 @@ def validate_plan(
     rels = schema.relation_names()
     label_set, rel_set = set(labels), set(rels)
     errors: list[str] = _read_walks(plan, schema, max_hops, linked, preferred)
-    ends = {path[-1].to_label for path in plan.relation_paths if isinstance(path, list) and path}
-    if preferred and not errors and len(ends) == 1 and plan.target_type not in ends:
-        # the chosen walks (the path planner's ranked ones) say where the answer is: their end is the target
-        (end,) = ends
-        if fixes is not None:
-            fixes.append(f"target_type {plan.target_type!r} read as {end!r}, where the chosen walks end")
-        plan.target_type = end
+    if preferred and not errors:
+        _reconcile_walks(plan, preferred, fixes)
     target = plan.target_type
     if target is not None and target not in label_set:
         errors.append(f"target_type: unknown label {target!r}; valid labels: {', '.join(labels)}")
