@@ -102,7 +102,7 @@ def precompute_lexicon(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
 
 def precompute_definitions(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> None:
     """Store the definition table (``agent.linking.clauses.DefinitionTable``): sorted sentences, node positions."""
-    table = build_definition_table(phrase_entries(skb), frame_words(skb))
+    table = _build_definitions(skb)
     position = {key: i for i, key in enumerate(node_keys(skb))}
     ptr = np.zeros(len(table.keys) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(keys) for keys in table.keys])

@@ -37,7 +37,15 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
-from graphs.skb.language import FUNCTION_WORDS, content_words, relation_words, root, singular
+from graphs.skb.language import (
+    FUNCTION_WORDS,
+    QUESTION_WORDS,
+    content_words,
+    relation_words,
+    root,
+    singular,
+    words_of,
+)
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -45,15 +53,16 @@ from graphs.store.aggregate import path_walk_query
 Direction = Literal["out", "in"]
 
 _BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
-_WORD = re.compile(r"[a-z0-9]+")
 #: Words that introduce the asked-for thing in English questions (generic, not domain words).
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
-_INTERROGATIVES = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
+_INTERROGATIVES = QUESTION_WORDS
 #: A question word names a relation by meaning when its embedding is this close to the relation's words ...
 MEANING_MIN_SIMILARITY = 0.30
 #: ... and closer by this much than to any other relation's words (single words embed noisily).
 MEANING_MARGIN = 0.10
+#: Question words whose embedding ``meaning_mentions`` keeps per planner (a server sees an open vocabulary).
+MAX_WORD_VECTORS = 20_000
 
 
 @dataclass(frozen=True)
@@ -95,14 +104,13 @@ def mask_mention(question: str, mention: str | None) -> str:
     return _BRACKET.sub("X", question, count=1)
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+_words = words_of
 
 
 def _roots(text: str) -> list[str]:
     """The text's words reduced to their roots (``graphs.skb.language.root``): relation and label words
     are compared by root, so *directed*, *directing* and *director* all name a ``directed_by``."""
-    return [root(w) for w in _WORD.findall(text.lower())]
+    return [root(w) for w in words_of(text)]
 
 
 def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
@@ -178,8 +186,9 @@ class PathPlanner:
         # label words read from relation names name the relation as often as the answer: they count
         # only right after a question word ("which actors"), not anywhere in the question
         self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
+        self._alias_roots = {w for plist in self._aliases.values() for p in plist for w in p}
         self._filler = {root(w) for w in FRAME_WORDS} | self._label_words
-        self._filler -= {w for plist in self._aliases.values() for p in plist for w in p} | _PIVOT_WORDS
+        self._filler -= self._alias_roots | _PIVOT_WORDS
         ex_paths: list[RelPath] = []
         ex_texts: list[str] = []
         for ex in self.profile.exemplars:
@@ -294,10 +303,9 @@ class PathPlanner:
         ``MEANING_MIN_SIMILARITY``, ahead of the next relation by ``MEANING_MARGIN``), counts as a
         mention of it. Only relations whose words were read from their names take part: a written alias
         list is the user's word on what names a relation."""
-        alias_roots = {w for plist in self._aliases.values() for p in plist for w in p}
         leftover = [
             w for w in dict.fromkeys(_words(text))
-            if len(w) > 2 and not w.isdigit() and root(w) not in alias_roots and root(w) not in self._filler
+            if len(w) > 2 and not w.isdigit() and root(w) not in self._alias_roots and root(w) not in self._filler
             and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns
         ]
         out: Counter[str] = Counter()
@@ -307,11 +315,17 @@ class PathPlanner:
             self._rel_vecs = self._embed([
                 " ".join(content_words(relation_words(r)) or relation_words(r)) for r in self._named_only
             ])
-        missing = [w for w in leftover if w not in self._word_vecs]
-        if missing:
-            for w, v in zip(missing, self._embed(missing)):
-                self._word_vecs[w] = v
-        sims = np.stack([self._word_vecs[w] for w in leftover]) @ self._rel_vecs.T
+        known = self._word_vecs
+        with self._lock:
+            present = {w: known[w] for w in leftover if w in known}
+        missing = [w for w in leftover if w not in present]
+        vecs = dict(zip(missing, self._embed(missing))) if missing else {}
+        with self._lock:
+            if len(known) + len(vecs) > MAX_WORD_VECTORS:
+                known.clear()  # bounded: a long-running server's question vocabulary has no end
+            known.update(vecs)
+        present.update(vecs)
+        sims = np.stack([present[w] for w in leftover]) @ self._rel_vecs.T
         for row in sims:
             order = np.argsort(-row)
             best = float(row[order[0]])

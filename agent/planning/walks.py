@@ -179,9 +179,9 @@ def ranked_walks(bundle: Any, question: str, linked: Sequence[Mapping[str, Any]]
     if planner is None or not linked:
         return []
     topic = choose_topic_for_paths(question, [e for e in linked if isinstance(e, Mapping)], planner)
-    key = str(topic.get("key")) if topic is not None else ""
-    if key not in bundle.skb.nodes:
+    if topic is None or str(topic.get("key")) not in bundle.skb.nodes:
         return []
+    key = str(topic.get("key"))
     label = bundle.skb.nodes[key].label
-    scored = planner.predict(question, key, str(topic.get("mention") or "") or None if topic else None, top=top)
+    scored = planner.predict(question, key, str(topic.get("mention") or "") or None, top=top)
     return [(label, sp.as_steps()) for sp in scored]
