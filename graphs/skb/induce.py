@@ -118,29 +118,24 @@ def induce_types(triples: Sequence[tuple[str, str, str]]) -> tuple[dict[str, tup
     clusters: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in roles:
         clusters[uf.find(r)].append(r)
+    members_values = {r: set().union(*(values[m] for m in members)) for r, members in clusters.items()}
+    heading_roles = {r for r, members in clusters.items() if any(side == "head" for _, side in members)}
     named: dict[tuple[str, str], str] = {}
     taken: set[str] = set()
     # bigger types choose their names first
-    for root_role, members in sorted(clusters.items(), key=lambda kv: -len(set().union(*(values[m] for m in kv[1])))):
+    for root_role, members in sorted(clusters.items(), key=lambda kv: -len(members_values[kv[0]])):
         by_size = sorted(members, key=lambda m: (-len(values[m]), m))
         names = [n for n in (_role_name(rel, side) for rel, side in by_size) if n]
-        heads = any(side == "head" for _, side in members)
-        name = next((n for n in names if n not in taken), None) or ("Entity" if heads else "Value")
+        name = next((n for n in names if n not in taken), None) or ("Entity" if root_role in heading_roles else "Value")
         base, k = name, 2
         while name in taken:
             name, k = f"{base}{k}", k + 1
         taken.add(name)
         named[root_role] = name
     sigs = {rel: (named[uf.find((rel, "head"))], named[uf.find((rel, "tail"))]) for rel, _ in roles}
-    size: Counter[str] = Counter()
-    numeric: Counter[str] = Counter()
-    heading: set[str] = set()
-    for root_role, members in clusters.items():
-        vals = set().union(*(values[m] for m in members))
-        size[named[root_role]] = len(vals)
-        numeric[named[root_role]] = sum(1 for v in vals if _NUMBER.match(v))
-        if any(side == "head" for _, side in members):
-            heading.add(named[root_role])
+    size = {named[r]: len(vals) for r, vals in members_values.items()}
+    numeric = {named[r]: sum(1 for v in vals if _NUMBER.match(v)) for r, vals in members_values.items()}
+    heading = {named[r] for r in heading_roles}
     literal = sorted(n for n in size if n not in heading and numeric[n] >= LITERAL_SHARE * size[n])
     precedence = sorted((n for n in size if n not in literal), key=lambda n: (n not in heading, -size[n], n))
     return sigs, precedence, literal
