@@ -158,7 +158,11 @@ class AgentConfig(BaseModel):
         "target type, or expanded nothing) or never",
     )
     max_entities: int = Field(default=20, ge=0, le=200, description="linked entities passed to the planner")
-    max_hops: int = Field(default=2, ge=1, le=4)
+    max_hops: int = Field(
+        default=2, ge=1, le=4,
+        description="longest relation path an LLM plan may walk; unset, a graph whose profile plans relation "
+        "paths uses the profile's planner.max_hops",
+    )
     clause_linking: bool = Field(
         default=True,
         description="match question clauses that describe a vocabulary term (several content words, no name) "

@@ -222,6 +222,11 @@ class AgentGraph:
 
     def __init__(self, bundle: IndexBundle, config: AgentConfig, chat_model: BaseChatModel | None = None) -> None:
         self.bundle = bundle
+        planner = profile_for(bundle.skb).planner
+        if "max_hops" not in config.model_fields_set and planner.relation_paths:
+            # a graph planned by relation paths walks as deep as its profile says (written or induced); an
+            # LLM's plan and the heuristic paths offered to it follow, unless the caller set max_hops
+            config = config.model_copy(update={"max_hops": planner.max_hops})
         self.config = config
         self.chat_model = chat_model
         self._lock = threading.Lock()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.planning.paths import PathPlanner
 from graphs.loaders.triples import load_triples
-from graphs.skb.induce import induce_types, merge, verbalise
+from graphs.skb.induce import induce_types, label_words, merge, verbalise
 from graphs.skb.language import relation_words, root
 from graphs.skb.profile import Profile, parse_profile, profile_for
 
@@ -87,6 +87,15 @@ def test_relation_names_in_any_style_become_words_and_phrases(
     assert relation_words(rel) == words
     spec = verbalise(rel)
     assert (spec.aliases, spec.forward, spec.inverse) == (aliases, forward, inverse)
+
+
+@pytest.mark.parametrize(
+    ("label", "words"),
+    [("Genre", ["genre", "genres"]), ("ReleaseYear", ["release", "releases", "year", "years"]),
+     ("Votes", ["vote", "votes"]), ("WrittenBy", ["written"])],
+)
+def test_label_words_are_a_nouns_singular_and_plural(label: str, words: list[str]) -> None:
+    assert label_words(label) == words  # a name that is a plural already keeps its singular, not "voteses"
 
 
 def test_word_roots_join_inflections_and_agent_nouns() -> None:
@@ -170,6 +179,14 @@ def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
 
     again = load_profile(out)  # the written profile is a valid profile a user can edit and pass back
     assert again.relations["hasAuthor"].signature == "Entity -> Author"
+    # an LLM plan may walk as deep as the induced profile plans, unless the caller says otherwise
+    from agent import AgentConfig
+    from agent.graph import AgentGraph
+    from graphs.bundle import IndexBundle
+
+    bundle = IndexBundle.open(index_dir)
+    assert AgentGraph(bundle, AgentConfig()).config.max_hops == 3
+    assert AgentGraph(bundle, AgentConfig(max_hops=1)).config.max_hops == 1
 
 
 def test_llm_plan_offers_the_ranked_walks_when_there_are_too_many(
@@ -250,3 +267,33 @@ def test_a_ranked_walk_that_stops_short_is_extended_to_the_target(
     assert plan.target_type == "Entity" and "extended" in fixes[0]
     assert [(h.rel, h.direction) for h in plan.relation_paths[0]] == [  # type: ignore[union-attr]
         ("written_by", "out"), ("written_by", "in")]
+
+
+def _catalogue(tmp_path: Path) -> Path:
+    """Thirty items in three classes (relation ``sorted_into``), ten makers (``maker``) and two release
+    years whose values are shared more widely than the classes: a class is not a number."""
+    triples = []
+    for i in range(30):
+        item = f"Item {i:02d}"
+        triples.append((item, "sorted_into", ["Lamps", "Chairs", "Rugs"][i % 3]))
+        triples.append((item, "maker", f"Maker {i % 10}"))
+        triples.append((item, "released", ["2019", "2021"][i % 2]))
+    return _write(tmp_path, triples)
+
+
+def test_a_category_word_asks_for_the_relation_that_classifies_the_node(embedder: object, tmp_path: Path) -> None:
+    from graphs.skb.compact import open_compact, write_compact
+
+    skb = load_triples(_catalogue(tmp_path), None)
+    write_compact(skb, tmp_path / "skb" / "compact")
+    for graph in (skb, open_compact(tmp_path / "skb")):  # in memory and from the stored arrays alike
+        planner = PathPlanner(graph, embedder)
+        assert {rel for rel, _ in planner.classifiers().values()} == {"sorted_into"}
+
+        def best(question: str, topic: str, planner: PathPlanner = planner) -> list[str]:
+            return [h.spec() for h in planner.predict(question, topic, topic, top=1)[0].path]
+
+        assert best("what kind of thing is [Item 07]", "Item 07") == [">sorted_into"]
+        assert best("which types are the things from [Maker 3]", "Maker 3") == ["<maker", ">sorted_into"]
+        # no category word: the classifier is not read into the question
+        assert best("who is the maker of [Item 07]", "Item 07") == [">maker"]

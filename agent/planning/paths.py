@@ -38,6 +38,7 @@ import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
 from graphs.skb.language import (
+    CATEGORY_WORDS,
     FUNCTION_WORDS,
     QUESTION_WORDS,
     content_words,
@@ -46,6 +47,7 @@ from graphs.skb.language import (
     singular,
     words_of,
 )
+from graphs.skb.compact import CompactSKB
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -53,6 +55,7 @@ from graphs.store.aggregate import path_walk_query
 Direction = Literal["out", "in"]
 
 _BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?%?")
 #: Words that introduce the asked-for thing in English questions (generic, not domain words).
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
@@ -63,6 +66,10 @@ MEANING_MIN_SIMILARITY = 0.30
 MEANING_MARGIN = 0.10
 #: Question words whose embedding ``meaning_mentions`` keeps per planner (a server sees an open vocabulary).
 MAX_WORD_VECTORS = 20_000
+#: A relation classifies its nodes (``classifier_relations``) when it reaches at least this share of them ...
+CLASSIFIER_MIN_COVERAGE = 0.2
+#: ... and each of its values is shared by this many nodes on average (a class, not a property or a name).
+CLASSIFIER_MIN_SHARE = 5.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,57 @@ def signatures(skb: SKB, profile: Profile) -> dict[str, tuple[str, str]]:
     return best
 
 
+def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[str, tuple[str, Direction]]:
+    """Per node label, the relation (and the direction from that label) that sorts its nodes into classes.
+
+    Why: "what kind of film is X" names no relation; it asks for X's class. In a graph that class is the
+    relation reaching most of a label's nodes whose values are each shared by many of them (a genre, a
+    category, a parent term), as opposed to names (one node each) and numbers (years, counts, ratings).
+    Read from the edges alone, so it holds for any labels and relation names: among the relations
+    touching at least ``CLASSIFIER_MIN_COVERAGE`` of a label's nodes whose other ends are not mostly
+    numbers, the one whose other ends are shared by the most nodes on average (at least
+    ``CLASSIFIER_MIN_SHARE``).
+    """
+    if isinstance(skb, CompactSKB):  # the stored arrays: no node or edge objects built
+        rel_names, rel_ids, src, dst = skb.edge_arrays()
+        label_names, node_label = skb.label_ids()
+        keys = skb.node_keys()
+    else:
+        keys = list(skb.nodes)
+        index = {k: i for i, k in enumerate(keys)}
+        label_names = sorted({n.label for n in skb.nodes.values()})
+        label_index = {lab: i for i, lab in enumerate(label_names)}
+        node_label = np.array([label_index[skb.nodes[k].label] for k in keys], dtype=np.int64)
+        rel_names = sorted({e.rel for e in skb.edges})
+        rel_index = {r: i for i, r in enumerate(rel_names)}
+        rel_ids = np.array([rel_index[e.rel] for e in skb.edges], dtype=np.int64)
+        src = np.array([index[e.src] for e in skb.edges], dtype=np.int64)
+        dst = np.array([index[e.dst] for e in skb.edges], dtype=np.int64)
+    label_sizes = np.bincount(node_label, minlength=len(label_names))
+    label_of = {lab: i for i, lab in enumerate(label_names)}
+    best: dict[str, tuple[float, str, Direction]] = {}
+    for r, rel in enumerate(rel_names):
+        if rel not in sigs:
+            continue
+        mask = rel_ids == r
+        edges = int(mask.sum())
+        if not edges:
+            continue
+        for direction, (near, far) in (("out", (src[mask], dst[mask])), ("in", (dst[mask], src[mask]))):
+            label = sigs[rel][0] if direction == "out" else sigs[rel][1]
+            size = int(label_sizes[label_of[label]]) if label in label_of else 0
+            values = np.unique(far)
+            share = edges / len(values)
+            if not size or len(np.unique(near)) < CLASSIFIER_MIN_COVERAGE * size or share < CLASSIFIER_MIN_SHARE:
+                continue
+            sample = [skb.nodes[keys[int(i)]].name for i in values[:50]]
+            if sum(_NUMBER.fullmatch(v.strip()) is not None for v in sample) * 2 >= len(sample):
+                continue
+            if share > best.get(label, (0.0, "", "out"))[0]:
+                best[label] = (share, rel, direction)  # type: ignore[assignment]
+    return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
+
+
 def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
     """A path as a noun phrase of its end nodes: the profile's templates composed inside out."""
     text = topic
@@ -183,6 +241,8 @@ class PathPlanner:
         # words that carry no relation or entity: generic function words and the label words
         self._label_words = {root(w) for spec in self.profile.labels.values() for w in spec.words}
         self._label_nouns = {singular(w) for spec in self.profile.labels.values() for w in spec.words}
+        self._noun_labels = {singular(w): lab for lab, spec in self.profile.labels.items() for w in spec.words}
+        self._classifiers: dict[str, tuple[str, Direction]] | None = None
         # label words read from relation names name the relation as often as the answer: they count
         # only right after a question word ("which actors"), not anywhere in the question
         self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
@@ -306,7 +366,7 @@ class PathPlanner:
         leftover = [
             w for w in dict.fromkeys(_words(text))
             if len(w) > 2 and not w.isdigit() and root(w) not in self._alias_roots and root(w) not in self._filler
-            and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns
+            and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns and singular(w) not in CATEGORY_WORDS
         ]
         out: Counter[str] = Counter()
         if not leftover:
@@ -333,6 +393,35 @@ class PathPlanner:
             rel = self._named_only[int(order[0])]
             # a relation the question already names by a word is not named again ("release dates")
             if best >= MEANING_MIN_SIMILARITY and best - second >= MEANING_MARGIN and not found.get(rel):
+                out[rel] += 1
+        return out
+
+    def classifiers(self) -> dict[str, tuple[str, Direction]]:
+        """``classifier_relations`` of this SKB, computed on first use (one pass over the edges)."""
+        if self._classifiers is None:
+            found = classifier_relations(self.skb, self.sigs)
+            with self._lock:
+                self._classifiers = found
+        return self._classifiers
+
+    def category_mentions(self, text: str, found: Counter[str], topic_label: str | None) -> Counter[str]:
+        """Relations a category word asks for: "what *kind* of film is X", "which *types* are the films
+        written by X" ask for the class of a node, i.e. its label's classifier relation (the label named
+        right after the word, else the topic's label, else the one classifier the graph has). A word an
+        alias or label word covers is the profile's, and a relation already named is not named again."""
+        out: Counter[str] = Counter()
+        words = _words(text)
+        for i, word in enumerate(words):
+            if singular(word) not in CATEGORY_WORDS or root(word) in self._alias_roots:
+                continue
+            classes = self.classifiers()
+            named = [self._noun_labels[singular(w)] for w in words[i + 1 : i + 4] if singular(w) in self._noun_labels]
+            label = next((lab for lab in named if lab in classes), None)
+            if label is None and topic_label in classes:
+                label = topic_label
+            rels = {rel for rel, _ in classes.values()}
+            rel = classes[label][0] if label is not None else (next(iter(rels)) if len(rels) == 1 else None)
+            if rel is not None and not found.get(rel) and not out.get(rel):
                 out[rel] += 1
         return out
 
@@ -435,6 +524,8 @@ class PathPlanner:
         mentions, pivots = self.relation_mentions(plain)
         if self._named_only and not wording_only:
             mentions.update(self.meaning_mentions(plain, mentions))
+        topic = self.skb.nodes.get(key)
+        mentions.update(self.category_mentions(plain, mentions, topic.label if topic is not None else None))
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
         # Each hop needs its own mention of its relation, except the second hop of a there-and-back

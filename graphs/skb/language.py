@@ -30,6 +30,10 @@ FUNCTION_WORDS = frozenset(
 
 #: Question words: they introduce the asked-for thing.
 QUESTION_WORDS = frozenset({"which", "what", "who", "whom", "whose", "when", "where", "how"})
+#: Nouns that ask for a node's class rather than naming a relation ("what *kind* of film", "which *types* of
+#: product"): English words for "category", not domain words. The path planner reads them as a mention of
+#: the relation that classifies the asked node (``agent.planning.paths.classifier_relations``).
+CATEGORY_WORDS = frozenset({"kind", "type", "sort", "category", "class", "variety"})
 
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _WORD = re.compile(r"[a-z0-9]+")
