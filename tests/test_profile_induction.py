@@ -297,3 +297,14 @@ def test_a_category_word_asks_for_the_relation_that_classifies_the_node(embedder
         assert best("which types are the things from [Maker 3]", "Maker 3") == ["<maker", ">sorted_into"]
         # no category word: the classifier is not read into the question
         assert best("who is the maker of [Item 07]", "Item 07") == [">maker"]
+
+
+def test_when_asks_for_the_label_of_years_or_dates_whatever_its_name(embedder: object, tmp_path: Path) -> None:
+    skb = load_triples(_catalogue(tmp_path), None)
+    planner = PathPlanner(skb, embedder)
+    (dates,) = planner.temporal_labels()
+    assert {n.name for n in skb.nodes.values() if n.label == dates} == {"2019", "2021"}
+    # no word of the question names the relation ("come out" is not "released"): "when" asks for a date
+    assert planner.asked_labels("when did X come out") == {dates: 1.0}
+    best = planner.predict("when did [Item 07] come out", "Item 07", "Item 07", top=1)[0]
+    assert [h.spec() for h in best.path] == [">released"] and best.parts["answer"] == 1.0

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
+from graphs.skb.compact import CompactSKB
 from graphs.skb.language import (
     CATEGORY_WORDS,
     FUNCTION_WORDS,
@@ -47,7 +48,6 @@ from graphs.skb.language import (
     singular,
     words_of,
 )
-from graphs.skb.compact import CompactSKB
 from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, profile_for
 from graphs.store.aggregate import path_walk_query
@@ -56,6 +56,7 @@ Direction = Literal["out", "in"]
 
 _BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?%?")
+_DATE = re.compile(r"\d{3,4}|\d{4}-\d{1,2}(-\d{1,2})?([T ][\d:.]+Z?)?|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}")
 #: Words that introduce the asked-for thing in English questions (generic, not domain words).
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
@@ -190,6 +191,26 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
     return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
 
 
+def temporal_labels(skb: SKB, sample: int = 50) -> list[str]:
+    """Labels at least 80 % of whose sampled node names are a year or a date (``1994``, ``2003-07-14``,
+    ``07/14/2003``): what a "when" question asks for, in a graph that may call them anything."""
+    names: dict[str, list[str]] = {}
+    if isinstance(skb, CompactSKB):
+        label_names, node_label = skb.label_ids()
+        keys = skb.node_keys()
+        for i, label in enumerate(label_names):
+            names[label] = [skb.nodes[keys[int(j)]].name for j in np.flatnonzero(node_label == i)[:sample]]
+    else:
+        for node in skb.nodes.values():
+            bucket = names.setdefault(node.label, [])
+            if len(bucket) < sample:
+                bucket.append(node.name)
+    return sorted(
+        label for label, values in names.items()
+        if values and sum(_DATE.fullmatch(v.strip()) is not None for v in values) >= 0.8 * len(values)
+    )
+
+
 def render(path: Sequence[Hop], profile: Profile, topic: str = "X") -> str:
     """A path as a noun phrase of its end nodes: the profile's templates composed inside out."""
     text = topic
@@ -243,6 +264,7 @@ class PathPlanner:
         self._label_nouns = {singular(w) for spec in self.profile.labels.values() for w in spec.words}
         self._noun_labels = {singular(w): lab for lab, spec in self.profile.labels.items() for w in spec.words}
         self._classifiers: dict[str, tuple[str, Direction]] | None = None
+        self._temporal: list[str] | None = None
         # label words read from relation names name the relation as often as the answer: they count
         # only right after a question word ("which actors"), not anywhere in the question
         self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
@@ -317,12 +339,13 @@ class PathPlanner:
     def mentioned_relations(self, text: str) -> set[str]:
         return set(self.relation_mentions(text)[0])
 
-    def relation_mentions(self, text: str) -> tuple[Counter[str], int]:
+    def relation_mentions(self, text: str, topic_at: int | None = None) -> tuple[Counter[str], int]:
         """How often each relation is named (alias occurrences, longest phrase first, no overlaps)
-        and how many pivot words ("share", "same", "also", "co-") the text has."""
+        and how many pivot words ("share", "same", "also", "co-") the text has. ``topic_at``: the word
+        position the topic mention was taken out at (no mention is joined across it)."""
         words = _roots(text)
         used = [False] * len(words)
-        spans: dict[str, list[tuple[int, int]]] = {}
+        spans: dict[str, list[tuple[int, int, tuple[str, ...]]]] = {}
         phrases = sorted(
             ((p, rel) for rel, plist in self._aliases.items() for p in plist), key=lambda pr: -len(pr[0])
         )
@@ -330,7 +353,7 @@ class PathPlanner:
             n = len(phrase)
             for i in range(len(words) - n + 1):
                 if tuple(words[i : i + n]) == phrase and not any(used[i : i + n]):
-                    spans.setdefault(rel, []).append((i, i + n))
+                    spans.setdefault(rel, []).append((i, i + n, phrase))
                     # the same words may name several relations; mark them used only for longer phrases
                     if n > 1:
                         for j in range(i, i + n):
@@ -341,10 +364,17 @@ class PathPlanner:
             # "starred which actors", "the director that directed": one mention said twice. Words read
             # from a relation's name are one mention only side by side or across a question word or
             # relative pronoun: "movies directed by the director of X" names the relation twice.
+            # Two different words of one multi-word name with only function words between them are one
+            # mention too ("released in which years" for a release-year relation).
             joins = _INTERROGATIVES | {"that"} if rel in self._named_set else self._filler
             merged = 1
-            for (_, prev_end), (start, _) in itertools.pairwise(found):
-                if not all(w in joins for w in words[prev_end:start]):
+            for (_, prev_end, prev), (start, _, phrase) in itertools.pairwise(found):
+                gap = words[prev_end:start]
+                across_topic = topic_at is not None and prev_end <= topic_at <= start
+                parts_of_name = rel in self._named_set and phrase != prev and not across_topic and all(
+                    w in FUNCTION_WORDS or w in _INTERROGATIVES for w in gap
+                )
+                if not parts_of_name and not all(w in joins for w in gap):
                     merged += 1
             counts[rel] = merged
         # pivot words in one run ("share the same", "also co-starred") are one pivot
@@ -395,6 +425,14 @@ class PathPlanner:
             if best >= MEANING_MIN_SIMILARITY and best - second >= MEANING_MARGIN and not found.get(rel):
                 out[rel] += 1
         return out
+
+    def temporal_labels(self) -> list[str]:
+        """Labels whose nodes are mostly years or dates (read from a sample of their names, once)."""
+        if self._temporal is None:
+            found = temporal_labels(self.skb)
+            with self._lock:
+                self._temporal = found
+        return self._temporal
 
     def classifiers(self) -> dict[str, tuple[str, Direction]]:
         """``classifier_relations`` of this SKB, computed on first use (one pass over the edges)."""
@@ -464,6 +502,8 @@ class PathPlanner:
         # "direct" names the relation)
         words = [singular(w) for w in _words(text)]
         out: dict[str, float] = {}
+        if "when" in words:  # asks for a time: the labels whose nodes are years or dates, whatever their names
+            out.update(dict.fromkeys(self.temporal_labels(), 1.0))
         for label, spec in self.profile.labels.items():
             vocab = {singular(w) for w in spec.words}
             for i, w in enumerate(words):
@@ -521,7 +561,7 @@ class PathPlanner:
         weights = self.profile.planner
         masked = mask_mention(question, mention)
         plain = masked.replace("X", " ")
-        mentions, pivots = self.relation_mentions(plain)
+        mentions, pivots = self.relation_mentions(plain, len(words_of(masked.split("X", 1)[0])))
         if self._named_only and not wording_only:
             mentions.update(self.meaning_mentions(plain, mentions))
         topic = self.skb.nodes.get(key)
