@@ -56,7 +56,7 @@ Direction = Literal["out", "in"]
 
 _BRACKET = re.compile(r"\[([^\[\]]{1,300})\]")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?%?")
-_DATE = re.compile(r"\d{3,4}|\d{4}-\d{1,2}(-\d{1,2})?([T ][\d:.]+Z?)?|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}")
+_DATE = re.compile(r"[12]\d{3}|\d{4}-\d{1,2}(-\d{1,2})?([T ][\d:.]+Z?)?|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}")
 #: Words that introduce the asked-for thing in English questions (generic, not domain words).
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
@@ -192,7 +192,7 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
 
 
 def temporal_labels(skb: SKB, sample: int = 50) -> list[str]:
-    """Labels at least 80 % of whose sampled node names are a year or a date (``1994``, ``2003-07-14``,
+    """Labels at least 80 % of whose sampled node names are a year (1000-2999) or a date (``1994``, ``2003-07-14``,
     ``07/14/2003``): what a "when" question asks for, in a graph that may call them anything."""
     names: dict[str, list[str]] = {}
     if isinstance(skb, CompactSKB):
