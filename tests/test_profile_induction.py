@@ -308,3 +308,23 @@ def test_when_asks_for_the_label_of_years_or_dates_whatever_its_name(embedder: o
     assert planner.asked_labels("when did X come out") == {dates: 1.0}
     best = planner.predict("when did [Item 07] come out", "Item 07", "Item 07", top=1)[0]
     assert [h.spec() for h in best.path] == [">released"] and best.parts["answer"] == 1.0
+
+
+def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    # "original language of item" carries the word for what it describes: "which items" and "the item [X]"
+    # ask for or name items, not their languages; "what language" still names the relation
+    triples = []
+    for i in range(30):
+        item = f"Item {i:02d}"
+        triples += [(item, "original language of item", ["Danish", "Welsh", "Basque"][i % 3]),
+                    (item, "maker", f"Maker {i % 10}")]
+    planner = PathPlanner(load_triples(_write(tmp_path, triples), None), embedder)
+
+    def best(question: str, topic: str) -> list[str]:
+        return [h.spec() for h in planner.predict(question, topic, topic, top=1)[0].path]
+
+    assert best("[Maker 3] made which items", "Maker 3") == ["<maker"]
+    assert best("the item [Item 07] was made by whom", "Item 07") == [">maker"]
+    assert best("what language is the item [Item 07] in", "Item 07") == [">original language of item"]

@@ -61,6 +61,7 @@ _DATE = re.compile(r"[12]\d{3}|\d{4}-\d{1,2}(-\d{1,2})?([T ][\d:.]+Z?)?|\d{1,2}[
 #: Words that make one mention stand for a there-and-back pair of hops ("films that share actors").
 _PIVOT_WORDS = frozenset({"share", "shares", "shared", "sharing", "same", "also", "co", "together", "other"})
 _INTERROGATIVES = QUESTION_WORDS
+_ARTICLES = frozenset({"the", "a", "an"})
 #: A question word names a relation by meaning when its embedding is this close to the relation's words ...
 MEANING_MIN_SIMILARITY = 0.30
 #: ... and closer by this much than to any other relation's words (single words embed noisily).
@@ -265,6 +266,10 @@ class PathPlanner:
         self._noun_labels = {singular(w): lab for lab, spec in self.profile.labels.items() for w in spec.words}
         self._classifiers: dict[str, tuple[str, Direction]] | None = None
         self._temporal: list[str] | None = None
+        self._tail_nouns = {
+            rel: {singular(w) for w in self.profile.labels[tail].words}
+            for rel, (_, tail) in self.sigs.items() if tail in self.profile.labels
+        }
         # label words read from relation names name the relation as often as the answer: they count
         # only right after a question word ("which actors"), not anywhere in the question
         self._weak_labels = {lab for lab in self.profile.labels if f"labels.{lab}.words" in self.profile.induced}
@@ -343,7 +348,8 @@ class PathPlanner:
         """How often each relation is named (alias occurrences, longest phrase first, no overlaps)
         and how many pivot words ("share", "same", "also", "co-") the text has. ``topic_at``: the word
         position the topic mention was taken out at (no mention is joined across it)."""
-        words = _roots(text)
+        surface = words_of(text)
+        words = [root(w) for w in surface]
         used = [False] * len(words)
         spans: dict[str, list[tuple[int, int, tuple[str, ...]]]] = {}
         phrases = sorted(
@@ -360,6 +366,9 @@ class PathPlanner:
                             used[j] = True
         counts: Counter[str] = Counter()
         for rel, found in spans.items():
+            found = [span for span in found if not self._names_a_node_type(rel, words, surface, span, topic_at)]
+            if not found:
+                continue
             found.sort()
             # "starred which actors", "the director that directed": one mention said twice. Words read
             # from a relation's name are one mention only side by side or across a question word or
@@ -386,6 +395,28 @@ class PathPlanner:
             elif w not in FUNCTION_WORDS:
                 previous = False
         return counts, pivots
+
+    def _names_a_node_type(
+        self, rel: str, words: Sequence[str], surface: Sequence[str], span: tuple[int, int, tuple[str, ...]],
+        topic_at: int | None,
+    ) -> bool:
+        """A word of a multi-word relation name used as the noun of a node rather than for the relation:
+        a plain noun (not a verb, not an agent noun) right after a question word ("which *films*") or just
+        before the topic ("the *film* [X]"), and not a word of the relation's own tail type. A name like
+        "original language of film" carries the word for what it describes; "which films did X direct"
+        asks for films, not for their languages; "who *acted* in" still names an acting relation."""
+        start, end, phrase = span
+        if rel not in self._named_set or len(self._aliases.get(rel, ())) < 2 or end - start != 1:
+            return False
+        if root(surface[start]) != singular(surface[start]):
+            return False
+        if set(phrase) & self._tail_nouns.get(rel, set()):
+            return False
+        asked = any(w in _INTERROGATIVES for w in words[max(0, start - 2) : start])
+        before_topic = topic_at is not None and end <= topic_at and all(
+            w in _ARTICLES for w in words[end:topic_at]
+        )
+        return asked or before_topic
 
     def meaning_mentions(self, text: str, found: Counter[str]) -> Counter[str]:
         """Relations named by meaning: a content word of the question that no alias, label word or frame
