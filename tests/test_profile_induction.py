@@ -102,6 +102,8 @@ def test_word_roots_join_inflections_and_agent_nouns() -> None:
     assert {root(w) for w in ("wrote", "written", "writes", "writer", "writing")} == {"write"}
     assert {root(w) for w in ("illustrated", "illustrator", "illustrates")} == {"illustrate"}
     assert root("subjects") == "subject" and root("authors") != root("subjects")
+    # a word that is a verb in its own right is not read as an agent noun of a shorter verb
+    assert root("number") == "number" and root("corner") == "corner" and root("player") == "play"
 
 
 def test_a_written_field_wins_over_the_induced_one(tmp_path: Path) -> None:

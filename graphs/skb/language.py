@@ -83,6 +83,8 @@ def root(word: str) -> str:
     if len(w) <= 2 or not w.isalpha():
         return w
     lemmas = getAllLemmas(w)
+    if w in lemmas.get("VERB", ()) and "NOUN" in lemmas:
+        return w  # a verb in its own right (*number*, *corner*, *order*) is not an agent noun (*numb-er*)
     noun = str((lemmas.get("NOUN") or (w,))[0])
     verb = _agent_verb(noun)
     if verb is not None:
