@@ -22,7 +22,7 @@ from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
 from agent.planning.offline import rank_targets
 from agent.scoring.ontology import match_value
-from agent.scoring.stored import model_for
+from agent.scoring.stored import model_for, stored_model
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.skb.profile import LinkingSpec, Profile, ScoringSpec
 from tests.test_offline_planner import tiny_skb
@@ -76,6 +76,16 @@ def test_the_power_comes_from_the_profile_and_agent_config_overrides_it() -> Non
     assert profile["I1"] == pytest.approx(LN4 * (LN43 / LN4) ** 3, abs=1e-4)  # shifted by I3's 0
     assert resnik["I1"] == pytest.approx(LN43, abs=1e-4)
     assert AgentConfig(partial_credit_power=2.0).scoring_overrides() == {"partial_credit_power": 2.0}
+
+
+def test_a_power_below_one_is_refused_with_the_field_named() -> None:
+    from graphs.errors import SKBError
+    from graphs.skb.profile import parse_profile
+
+    with pytest.raises(SKBError, match=r"scoring\.partial_credit_power"):
+        parse_profile({"scoring": {"partial_credit_power": 0.5}}, "test profile")
+    with pytest.raises(ValueError, match="partial_credit_power"):
+        AgentConfig(partial_credit_power=0.5)
 
 
 # -- a library graph and hand-written paraphrases through the real linker -------------------------
@@ -156,6 +166,8 @@ def test_paraphrased_subjects_rank_the_book_that_has_them_over_the_generalist(li
         best.setdefault(ent["group"], ent["key"])
     assert [best[g] for g in sorted(best)] == DESCRIBED  # each paraphrase's first candidate is its subject
     books = [n.key for n in library.skb.nodes.values() if n.label == "Book"]
+    stored = stored_model(library.skb, "Book", "Subject")  # the index stored the model with the profile's power
+    assert stored is not None and stored.partial_credit_power == 3.0
     sharp = rank_targets(library.skb, "Book", linked, [], books)  # the profile's power 3
     resnik = rank_targets(library.skb, "Book", linked, [], books, scoring={"partial_credit_power": 1.0})
     assert [k for k, _ in sharp[:2]] == ["B_HOMESTEAD", "B_ALMANAC"]
