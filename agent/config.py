@@ -174,7 +174,7 @@ class AgentConfig(BaseModel):
         default=0.45, ge=0.0, le=1.0, description="cosine below which a clause candidate is dropped"
     )
     clause_margin: float = Field(
-        default=0.05, ge=0.0, le=1.0, description="candidates kept within this cosine of the clause's best one"
+        default=0.1, ge=0.0, le=1.0, description="candidates kept within this cosine of the clause's best one"
     )
     clause_min_tokens: int = Field(
         default=3, ge=1, le=50, description="content words a clause needs to count as a description"
@@ -232,8 +232,13 @@ class AgentConfig(BaseModel):
         description="soft maximum over a target's intermediates (a gene's diseases): 0 = the best one; None: the "
         "profile's scoring.intermediate_temperature",
     )
+    partial_credit_power: float | None = Field(
+        default=None, ge=1.0, le=10.0,
+        description="how steeply a feature's credit falls when a target matches it only through a broader term "
+        "(IC(q) x (IC(shared) / IC(q)) ** power; 1 = Resnik); None: the profile's scoring.partial_credit_power",
+    )
     link_confidence_power: float = Field(
-        default=1.0, ge=0.0, le=10.0,
+        default=2.0, ge=0.0, le=10.0,
         description="ranking weight of a clause candidate = clause confidence x (cosine / best cosine) ** power, "
         "and of a fuzzy or embedding link = its score ** power; 0 ignores link confidence (every link counts fully)",
     )
@@ -241,7 +246,8 @@ class AgentConfig(BaseModel):
     def scoring_overrides(self) -> dict[str, float]:
         """The ontology-scoring weights set here (the rest come from the domain profile)."""
         values = {"frequency_mix": self.frequency_mix, "size_penalty": self.size_penalty,
-                  "direct_weight": self.direct_weight, "intermediate_temperature": self.intermediate_temperature}
+                  "direct_weight": self.direct_weight, "intermediate_temperature": self.intermediate_temperature,
+                  "partial_credit_power": self.partial_credit_power}
         return {k: float(v) for k, v in values.items() if v is not None}
 
     def clause_settings(self) -> ClauseSettings | None:

@@ -12,10 +12,10 @@ class ClauseSettings:
 
     candidates: int = 5
     min_similarity: float = 0.45
-    margin: float = 0.05
+    margin: float = 0.1
     min_tokens: int = 3
     max_exact_coverage: float = 0.75
-    confidence_power: float = 1.0
+    confidence_power: float = 2.0
     definition_match: bool = True
     definition_coverage: float = 0.75
     name_confidence: float = 0.6

@@ -154,13 +154,18 @@ def feature_groups(linked: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> 
     return list(groups.values())
 
 
+#: The ``scoring`` overrides that ``AnnotationModel.score`` / ``score_groups`` take as keywords.
+_MODEL_WEIGHTS = ("frequency_mix", "size_penalty", "partial_credit_power")
+
+
 def _score(
     model: AnnotationModel, keys: Sequence[str], features: Features | None, scoring: Mapping[str, float] | None = None
 ) -> np.ndarray:
     """Plain best-match scoring for named terms; weighted alternatives when a clause has several.
 
-    ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` (AgentConfig knobs)."""
-    weights = {k: float(v) for k, v in (scoring or {}).items() if k in ("frequency_mix", "size_penalty")}
+    ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` / ``partial_credit_power``
+    (AgentConfig knobs)."""
+    weights = {k: float(v) for k, v in (scoring or {}).items() if k in _MODEL_WEIGHTS}
     if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
         return model.score_groups(features, **weights)
     return model.score(keys, **weights)

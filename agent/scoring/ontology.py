@@ -176,6 +176,25 @@ def edge_weight(props: dict[str, object], floor: float = 0.0, prop: str | None =
     return DEFAULT_EDGE_WEIGHT
 
 
+def match_value(shared_ic: float, query_ic: float, power: float) -> float:
+    """Credit of a query term matched through a common ancestor: ``IC(q) * (IC(c) / IC(q)) ** power``.
+
+    ``shared_ic`` is IC(c) of the most informative term the query term q shares with an annotation
+    (q itself when the target is annotated with q or a narrower term, then the credit is IC(q) whatever
+    the power). Power 1 is Resnik's IC(c). Why a power above 1: Resnik credits a match through a broad
+    ancestor with that ancestor's IC in full, and with every feature of a question a little of that
+    credit reaches every target annotated anywhere under the same broad branches. A target with many
+    annotations collects it from most features and can outrank the target that carries the features
+    themselves, most of all when features are linked from paraphrases, as neighbours of the right term
+    (measured on the paraphrase benchmark: evals report ``paraphrased-clauses.md``). A power above 1
+    keeps a near match (the sibling's parent, almost as informative as the term) close to full credit
+    and shrinks a far one (a broad category) towards zero.
+    """
+    if power == 1.0 or shared_ic <= 0.0 or query_ic <= 0.0 or shared_ic >= query_ic:
+        return shared_ic
+    return query_ic * (shared_ic / query_ic) ** power
+
+
 @dataclass
 class AnnotationModel:
     """Sparse matrices over one term hierarchy and one target label.
@@ -203,6 +222,9 @@ class AnnotationModel:
     """Default penalty per log annotation count in ``score`` (the profile's ``scoring.size_penalty``)."""
     symmetric: float = 0.0
     """Default weight of the target->query match in ``score`` (the profile's ``scoring.symmetric``)."""
+    partial_credit_power: float = 1.0
+    """Default steepness of the credit for a match through a broader term (the profile's
+    ``scoring.partial_credit_power``; 1 is Resnik, see ``match_value``)."""
     _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     # -- hierarchy -----------------------------------------------------------------
@@ -227,15 +249,19 @@ class AnnotationModel:
         """
         return self._best_matches(query_terms)[1 if weighted else 0]
 
-    def _best_matches(self, query_terms: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def _best_matches(
+        self, query_terms: Sequence[int], partial_credit_power: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Unweighted and frequency-weighted best matches in one pass over the ancestors."""
+        power = self.partial_credit_power if partial_credit_power is None else partial_credit_power
         plain = np.zeros((len(query_terms), len(self.targets)), dtype=np.float32)
         weighted = np.zeros_like(plain)
         prop = self.propagated
         for qi, term in enumerate(query_terms):
             row, wrow = plain[qi], weighted[qi]
+            own = float(self.ic[term])
             for c in self.ancestors_of(term):
-                ic = float(self.ic[c])
+                ic = match_value(float(self.ic[c]), own, power)
                 if ic <= 0.0:
                     break
                 lo, hi = prop.indptr[c], prop.indptr[c + 1]
@@ -266,6 +292,7 @@ class AnnotationModel:
         frequency_mix: float | None = None,
         size_penalty: float | None = None,
         symmetric: float | None = None,
+        partial_credit_power: float | None = None,
     ) -> np.ndarray:
         """Score every target for a set of query terms (higher is better).
 
@@ -282,7 +309,7 @@ class AnnotationModel:
         qids = list(dict.fromkeys(self.term_ids(query_keys)))
         if not qids:
             return np.zeros(len(self.targets), dtype=np.float32)
-        plain, weighted = self._best_matches(qids)
+        plain, weighted = self._best_matches(qids, partial_credit_power)
         agg = plain.sum(axis=0)
         if frequency_mix:
             agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
@@ -298,6 +325,7 @@ class AnnotationModel:
         *,
         frequency_mix: float | None = None,
         size_penalty: float | None = None,
+        partial_credit_power: float | None = None,
     ) -> np.ndarray:
         """Score every target for weighted alternatives per query feature (higher is better).
 
@@ -321,7 +349,7 @@ class AnnotationModel:
             return agg
         terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
         row_of = {t: i for i, t in enumerate(terms)}
-        plain, weighted = self._best_matches(terms)
+        plain, weighted = self._best_matches(terms, partial_credit_power)
         mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
         for items in clean:
             if len(items) == 1 and items[0][1] == 1.0:
@@ -466,6 +494,7 @@ def build_model(
         frequency_mix=scoring.frequency_mix,
         size_penalty=scoring.size_penalty,
         symmetric=scoring.symmetric,
+        partial_credit_power=scoring.partial_credit_power,
     )
 
 

@@ -97,7 +97,7 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
             "tag": tag, "target_label": target_label, "term_label": term_label,
             "rel": annotation.rel, "direction": annotation.direction, "max_ic": model.max_ic,
             "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
-            "symmetric": model.symmetric,
+            "symmetric": model.symmetric, "partial_credit_power": model.partial_credit_power,
         })
         arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
         arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
@@ -176,6 +176,7 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
         frequency_mix=float(spec["frequency_mix"]),
         size_penalty=float(spec["size_penalty"]),
         symmetric=float(spec["symmetric"]),
+        partial_credit_power=float(spec.get("partial_credit_power", 1.0)),
     )
 
 

@@ -40,6 +40,7 @@ Format (all sections optional except what a triples file needs: ``relations`` wi
     frequency_mix = 0.1
     size_penalty = 0.5
     symmetric = 0.0                      # weight of the target->query best-match mean
+    partial_credit_power = 1.0           # credit through a broader shared term: IC(q) * (IC(c)/IC(q)) ** power
 
     [planner]
     relation_paths = true                # predict multi-hop relation paths from the wording
@@ -169,6 +170,9 @@ class ScoringSpec(_Strict):
     symmetric: float = Field(default=0.0, ge=0.0)
     """Weight of the target->query match (mean over a target's annotations of their best match in the
     query, times the query size): rewards targets whose own annotations the question explains."""
+    partial_credit_power: float = Field(default=1.0, ge=1.0, le=10.0)
+    """How steeply a query term's credit falls when a target matches it only through a broader term:
+    ``IC(q) * (IC(shared) / IC(q)) ** power`` (``agent.scoring.ontology.match_value``); 1 is Resnik."""
 
 
 class PlannerSpec(_Strict):
