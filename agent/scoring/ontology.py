@@ -204,6 +204,10 @@ class AnnotationModel:
     symmetric: float = 0.0
     """Default weight of the target->query match in ``score`` (the profile's ``scoring.symmetric``)."""
     _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _by_target: sparse.csr_matrix | None = field(default=None, repr=False)
+    """``propagated`` by rows (built on the first scoring of a few targets)."""
+    _size_order: np.ndarray | None = field(default=None, repr=False)
+    """Targets by annotation count, most first (for the exact floor of ``score_of``)."""
 
     # -- hierarchy -----------------------------------------------------------------
     def ancestors_of(self, term: int) -> np.ndarray:
@@ -243,6 +247,125 @@ class AnnotationModel:
                 row[rows] = np.maximum(row[rows], ic)
                 wrow[rows] = np.maximum(wrow[rows], ic * prop.data[lo:hi])
         return plain, weighted
+
+    def _best_matches_of(self, query_terms: Sequence[int], targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_best_matches`` restricted to the target ids ``targets`` (columns in that order), computed from the
+        targets' rows: the same float32 values, at a cost of their annotations instead of every target
+        under the query's broader terms (a hub term's column can hold most of the targets)."""
+        if self._by_target is None:
+            self._by_target = self.propagated.tocsr()
+        by_row = self._by_target
+        starts, ends = by_row.indptr[targets], by_row.indptr[targets + 1]
+        lengths = (ends - starts).astype(np.int64)
+        # the concatenated row slices, without a Python loop over the targets
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        flat = np.arange(int(lengths.sum()), dtype=np.int64) + offsets
+        terms, weights = by_row.indices[flat], by_row.data[flat]
+        nonempty = lengths > 0
+        heads = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
+        plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
+        weighted = np.zeros_like(plain)
+        ic32 = self.ic.astype(np.float32)
+        for qi, term in enumerate(query_terms):
+            anc = self.ancestors_of(term)
+            anc = anc[self.ic[anc] > 0.0]
+            level = np.zeros(len(self.terms), dtype=np.float32)
+            level[anc] = ic32[anc]
+            if not len(terms):
+                continue
+            vals = level[terms]
+            wvals = np.where(vals > 0, vals * weights, np.float32(0.0)).astype(np.float32)
+            plain[qi, nonempty] = np.maximum(np.maximum.reduceat(vals, heads), 0.0)
+            weighted[qi, nonempty] = np.maximum(np.maximum.reduceat(wvals, heads), 0.0)
+        return plain, weighted
+
+    def score_of(
+        self,
+        query_keys: Sequence[str],
+        targets: Sequence[str],
+        groups: Sequence[Sequence[tuple[str, float]]] | None = None,
+        *,
+        frequency_mix: float | None = None,
+        size_penalty: float | None = None,
+    ) -> tuple[np.ndarray, float]:
+        """The scores of ``targets`` (``score``, or ``score_groups`` when ``groups`` are given; NaN for a key
+        that is not a target) and the minimum score over every target, exactly as the full arrays give them.
+
+        Why: a planner ranks a few thousand candidates, and scoring every target of a million-node graph
+        per question cost time in proportion to the graph. The minimum needs no full pass either: a target
+        no query term reaches scores ``-size_penalty * log(1 + its annotations)``, the lowest any target with
+        as many annotations can score, so walking targets from the most annotated down, the minimum is among
+        those before and at the first such target. Falls back to the full arrays where that bound does not
+        hold (no size penalty, or a symmetric term)."""
+        frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
+        size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        ids = np.array([self.target_index.get(k, -1) for k in targets], dtype=np.int64)
+        if size_penalty <= 0 or (groups is None and self.symmetric):
+            full = (self.score_groups(groups, frequency_mix=frequency_mix, size_penalty=size_penalty) if groups is not None
+                    else self.score(query_keys, frequency_mix=frequency_mix, size_penalty=size_penalty))
+            return np.where(ids >= 0, full[np.maximum(ids, 0)], np.nan).astype(np.float32), float(full.min())
+        if self._size_order is None:
+            self._size_order = np.argsort(-np.diff(self.direct.indptr), kind="stable")
+        order = self._size_order
+        n = len(self.targets)
+        probe = min(n, 64)
+        while True:
+            rows = np.concatenate((ids[ids >= 0], order[:probe]))
+            scores, reached = self._scores_of(query_keys, groups, rows, frequency_mix, size_penalty)
+            head_reached = reached[len(rows) - probe :]
+            if not head_reached.all() or probe == n:
+                first = int(np.argmin(head_reached)) if not head_reached.all() else probe - 1
+                floor = float(scores[len(rows) - probe : len(rows) - probe + first + 1].min())
+                break
+            probe = min(n, probe * 4)
+        out = np.full(len(ids), np.nan, dtype=np.float32)
+        out[ids >= 0] = scores[: int((ids >= 0).sum())]
+        return out, floor
+
+    def _scores_of(
+        self,
+        query_keys: Sequence[str],
+        groups: Sequence[Sequence[tuple[str, float]]] | None,
+        rows: np.ndarray,
+        frequency_mix: float,
+        size_penalty: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``score`` / ``score_groups`` of the target ids ``rows`` (the same float32 operations, per element), and
+        whether any query term reaches each."""
+        log_sizes = np.log1p(np.diff(self.direct.indptr).astype(np.float32))[rows]
+        if groups is None:
+            qids = list(dict.fromkeys(self.term_ids(query_keys)))
+            if not qids:
+                return np.zeros(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
+            plain, weighted = self._best_matches_of(qids, rows)
+            agg = plain.sum(axis=0)
+            if frequency_mix:
+                agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
+            agg = agg - size_penalty * log_sizes
+            return agg.astype(np.float32), np.asarray((plain > 0).any(axis=0))
+        seen: set[tuple[tuple[int, float], ...]] = set()
+        clean: list[list[tuple[int, float]]] = []
+        for group in groups:
+            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
+            if found and found not in seen:
+                seen.add(found)
+                clean.append(list(found))
+        agg = np.zeros(len(rows), dtype=np.float32)
+        if not clean:
+            return agg, np.zeros(len(rows), dtype=bool)
+        terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
+        row_of = {t: i for i, t in enumerate(terms)}
+        plain, weighted = self._best_matches_of(terms, rows)
+        mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
+        for items in clean:
+            if len(items) == 1 and items[0][1] == 1.0:
+                agg += mixed[row_of[items[0][0]]]
+                continue
+            best = np.zeros(len(rows), dtype=np.float32)
+            for term_id, weight in items:
+                np.maximum(best, weight * mixed[row_of[term_id]], out=best)
+            agg += best
+        return (agg - size_penalty * log_sizes).astype(np.float32), np.asarray((plain > 0).any(axis=0))
 
     def target_to_query(self, query_terms: Sequence[int]) -> np.ndarray:
         """(n_targets,): mean over a target's direct annotations of their best IC match in the query."""
