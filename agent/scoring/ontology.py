@@ -25,6 +25,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from scipy import sparse
@@ -204,10 +205,18 @@ class AnnotationModel:
     symmetric: float = 0.0
     """Default weight of the target->query match in ``score`` (the profile's ``scoring.symmetric``)."""
     _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
-    _by_target: sparse.csr_matrix | None = field(default=None, repr=False)
-    """``propagated`` by rows (built on the first scoring of a few targets)."""
-    _size_order: np.ndarray | None = field(default=None, repr=False)
-    """Targets by annotation count, most first (for the exact floor of ``score_of``)."""
+
+    # not dataclass fields: the stored models' code digest covers the fields, and derived caches change
+    # nothing that is stored
+    @cached_property
+    def _by_target(self) -> sparse.csr_matrix:
+        """``propagated`` by rows (built on the first scoring of a few targets)."""
+        return self.propagated.tocsr()
+
+    @cached_property
+    def _size_order(self) -> np.ndarray:
+        """Targets by annotation count, most first (for the exact floor of ``score_of``)."""
+        return np.argsort(-np.diff(self.direct.indptr), kind="stable")
 
     # -- hierarchy -----------------------------------------------------------------
     def ancestors_of(self, term: int) -> np.ndarray:
@@ -252,8 +261,6 @@ class AnnotationModel:
         """``_best_matches`` restricted to the target ids ``targets`` (columns in that order), computed from the
         targets' rows: the same float32 values, at a cost of their annotations instead of every target
         under the query's broader terms (a hub term's column can hold most of the targets)."""
-        if self._by_target is None:
-            self._by_target = self.propagated.tocsr()
         by_row = self._by_target
         starts, ends = by_row.indptr[targets], by_row.indptr[targets + 1]
         lengths = (ends - starts).astype(np.int64)
@@ -304,8 +311,6 @@ class AnnotationModel:
             full = (self.score_groups(groups, frequency_mix=frequency_mix, size_penalty=size_penalty) if groups is not None
                     else self.score(query_keys, frequency_mix=frequency_mix, size_penalty=size_penalty))
             return np.where(ids >= 0, full[np.maximum(ids, 0)], np.nan).astype(np.float32), float(full.min())
-        if self._size_order is None:
-            self._size_order = np.argsort(-np.diff(self.direct.indptr), kind="stable")
         order = self._size_order
         n = len(self.targets)
         probe = min(n, 64)
