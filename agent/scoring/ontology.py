@@ -247,15 +247,24 @@ class AnnotationModel:
         prop = self.propagated
         for qi, term in enumerate(query_terms):
             row, wrow = plain[qi], weighted[qi]
-            for c in self.ancestors_of(term):
-                ic = float(self.ic[c])
-                if ic <= 0.0:
-                    break
+            for c, ic in self._ancestor_credits(term):
                 lo, hi = prop.indptr[c], prop.indptr[c + 1]
                 rows = prop.indices[lo:hi]  # unique within a column: plain fancy assignment is safe
                 row[rows] = np.maximum(row[rows], ic)
                 wrow[rows] = np.maximum(wrow[rows], ic * prop.data[lo:hi])
         return plain, weighted
+
+    def _ancestor_credits(self, term: int) -> list[tuple[int, float]]:
+        """(ancestor, credit of a match through it) for a query term, most informative first, while the credit
+        is positive. The one definition of a match's value that ``_best_matches`` and ``_best_matches_of``
+        share (they must give the same numbers)."""
+        credits: list[tuple[int, float]] = []
+        for c in self.ancestors_of(term):
+            ic = float(self.ic[c])
+            if ic <= 0.0:
+                break
+            credits.append((int(c), ic))
+        return credits
 
     def _best_matches_of(self, query_terms: Sequence[int], targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_best_matches`` restricted to the target ids ``targets`` (columns in that order), computed from the
@@ -272,12 +281,10 @@ class AnnotationModel:
         heads = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
         plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
         weighted = np.zeros_like(plain)
-        ic32 = self.ic.astype(np.float32)
         for qi, term in enumerate(query_terms):
-            anc = self.ancestors_of(term)
-            anc = anc[self.ic[anc] > 0.0]
             level = np.zeros(len(self.terms), dtype=np.float32)
-            level[anc] = ic32[anc]
+            for c, credit in self._ancestor_credits(term):
+                level[c] = credit  # float32, as ``_best_matches`` stores it
             if not len(terms):
                 continue
             vals = level[terms]
