@@ -252,3 +252,67 @@ def test_works_without_orjson(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     finally:
         monkeypatch.undo()
         importlib.reload(module)
+
+
+def _edges_text(n: int) -> tuple[bytes, bytes]:
+    nodes = b"".join(json.dumps({"key": f"k{i}", "label": "Item", "props": {"name": f"item {i}"}}).encode() + b"\n"
+                     for i in range(n))
+    edges = b"".join(json.dumps({"src": f"k{i}", "rel": "NEXT" if i % 3 else "ALSO", "dst": f"k{(i * 7) % n}"}).encode()
+                     + b"\n" for i in range(n))
+    return nodes, edges
+
+
+def test_files_are_parsed_in_chunks_with_the_same_result_and_shared_strings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphs.loaders import jsonl
+
+    nodes, edges = _edges_text(500)
+    (tmp_path / "nodes.jsonl.gz").write_bytes(gzip.compress(nodes))
+    (tmp_path / "edges.jsonl").write_bytes(edges)
+    whole = load_jsonl(tmp_path)
+    monkeypatch.setattr(jsonl, "CHUNK_BYTES", 200)  # a few lines per chunk: many chunk boundaries
+    chunked = load_jsonl(tmp_path)
+    assert [(e.src, e.rel, e.dst, e.props) for e in chunked.edges] == [(e.src, e.rel, e.dst, e.props) for e in whole.edges]
+    assert [(n.key, n.label, n.props) for n in chunked.nodes.values()] == [
+        (n.key, n.label, n.props) for n in whole.nodes.values()]
+    # endpoints are the node's own key string and each relation one string: no per-edge copies
+    assert all(e.src is chunked.nodes[e.src].key and e.dst is chunked.nodes[e.dst].key for e in chunked.edges)
+    assert len({id(e.rel) for e in chunked.edges}) == 2
+
+
+def test_errors_name_the_file_line_in_any_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphs.loaders import jsonl
+
+    nodes, edges = _edges_text(300)
+    lines = edges.split(b"\n")
+    lines[249] = b'{"src": "k1", "rel": "NEXT", "dst": "nowhere"}'
+    lines.insert(100, b"")  # a blank line before it: line numbers still count it
+    (tmp_path / "nodes.jsonl").write_bytes(nodes)
+    (tmp_path / "edges.jsonl").write_bytes(b"\n".join(lines))
+    monkeypatch.setattr(jsonl, "CHUNK_BYTES", 300)
+    with pytest.raises(LoaderError, match=r"line 251.*unknown node 'nowhere'|unknown node 'nowhere'.*line 251"):
+        load_jsonl(tmp_path)
+    lines[250] = b'{"src": "k1", "rel": "NEXT", "dst": '  # the same line, truncated JSON
+    (tmp_path / "edges.jsonl").write_bytes(b"\n".join(lines))
+    with pytest.raises(LoaderError, match="line 251") as info:
+        load_jsonl(tmp_path)
+    assert "invalid JSON" in str(info.value)
+
+
+def test_streamed_write_is_the_gzip_of_the_whole_text(tmp_path: Path) -> None:
+    from graphs.loaders import jsonl
+
+    nodes, edges = _edges_text(200_000 // 50)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "nodes.jsonl").write_bytes(nodes)
+    (tmp_path / "in" / "edges.jsonl").write_bytes(edges)
+    skb = load_jsonl(tmp_path / "in")
+    write_jsonl(skb, tmp_path / "a")
+    write_jsonl(skb, tmp_path / "b")
+    packed = (tmp_path / "a" / "edges.jsonl.gz").read_bytes()
+    assert packed == (tmp_path / "b" / "edges.jsonl.gz").read_bytes()  # deterministic (mtime 0)
+    assert gzip.decompress(packed) == edges.replace(b'", "', b'","').replace(b'": "', b'":"')
+    write_jsonl(skb, tmp_path / "plain", gzip=False)
+    assert (tmp_path / "plain" / "edges.jsonl").read_bytes() == gzip.decompress(packed)
+    assert jsonl.GZIP_LEVEL == 6

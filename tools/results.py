@@ -233,6 +233,10 @@ class Neighborhood(_Result):
     truncated: bool = False
     ranked: bool = False
     unknown_keys: list[str] = Field(default_factory=list)
+    sampled: dict[str, int] = Field(
+        default_factory=dict, description="hub keys expanded from a sample: key -> edges it has (all were not read)"
+    )
+    sample_edges: int | None = Field(default=None, description="edges read per sampled key")
 
     @property
     def explicit_edges(self) -> bool:
@@ -266,6 +270,12 @@ class Neighborhood(_Result):
         head: dict[str, Any] = {"truncated": self.truncated}
         if self.unknown_keys:
             head["unknown_keys"] = self.unknown_keys[:10]
+        if self.sampled:
+            head["sampled"] = {
+                "edges_read_per_key": self.sample_edges,
+                "edges": dict(list(self.sampled.items())[:10]),
+                "hint": "a hub: neighbours come from a sample of its edges; expand a rarer key to check membership",
+            }
         if self.triples:
             head["triples"] = [t.model_dump(mode="json", exclude_defaults=True) for t in self.triples]
         hint = "narrow with rel_types/target_label or lower limit"

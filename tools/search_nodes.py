@@ -7,6 +7,15 @@ an optional weight sum) and orders and limits them server-side, so a call return
 ``limit`` small rows. When the question is known and more neighbours exist than ``limit``, the
 server returns a larger pool which is ranked by relevance to the question (one matrix-vector
 product over the node vectors) and then cut to ``limit``. Raw triples come only on request.
+
+Hubs are sampled: a key whose expansion would read more than :data:`HUB_EDGES` edges is expanded on
+its own, from the first ``HUB_EDGES`` edges the store reads, and the result says so (``sampled``, and
+the provenance's query). Why: in a graph with power-law degrees the largest hubs grow with the graph
+(116,608 edges into one node of a 300k-node graph), and aggregating a whole hub cost the server time
+proportional to it on every question that named it (the agent's p50 grew ~10x from 10k to 300k
+nodes). From one key every neighbour has one edge, so the ranking pool of a hub was already an
+arbitrary ``RANK_POOL`` of its neighbours (the smallest keys); a bounded sample is no less
+informative and costs the same at every graph size. Keys below the bound are expanded exactly as before.
 """
 
 from __future__ import annotations
@@ -64,6 +73,10 @@ RANK_POOL_FACTOR = 1
 MAX_TRIPLES = 25
 #: Wall-clock limit of the aggregation query.
 QUERY_TIMEOUT_MS = 5000
+#: Edges one key may make the store read; a key with more (a hub) is expanded from a sample of this many.
+#: Equal to the ranking pool: below it the pool holds the whole neighbourhood, so nothing changes (the
+#: bundled graphs' largest one-relation neighbourhoods: 4,195 and 4,176 edges).
+HUB_EDGES = RANK_POOL
 
 
 class SearchNodesArgs(InjectedArgs):
@@ -93,14 +106,28 @@ def make_search_nodes(
         direction: Literal["out", "in", "both"],
         target_label: str | None,
         fetch: int,
+        sampled: dict[str, int],
     ) -> list[NeighborAggregate]:
-        """The neighbours of ``known`` as the store aggregated them (seeds made distinct), most edges first."""
-        nodes = bundle.skb.nodes
+        """The neighbours of ``known`` as the store aggregated them (seeds made distinct), most edges first.
+        A hub (see :data:`HUB_EDGES`) is its own query, over a sample; ``sampled`` gets its edge count."""
+        skb = bundle.skb
+        nodes = skb.nodes
         by_label: dict[str, list[str]] = defaultdict(list)
+        hubs: list[tuple[str, str]] = []
         for key in known:
-            by_label[nodes[key].label].append(key)
+            label = nodes[key].label
+            # the total degree bounds the count and costs nothing; the exact count only for a possible hub
+            if skb.degree(key) > HUB_EDGES:
+                edges = skb.edge_count(key, rel_types, direction, target_label)
+                if edges > HUB_EDGES:
+                    sampled[key] = edges
+                    hubs.append((label, key))
+                    continue
+            by_label[label].append(key)
         store = bundle.store
-        # one query per seed label; almost every call expands keys of a single label
+        # one query per seed label (almost every call expands keys of a single label), one per hub
+        groups: list[tuple[str, list[str], int | None]] = [(lab, keys, None) for lab, keys in sorted(by_label.items())]
+        groups += [(label, [key], HUB_EDGES) for label, key in hubs]
         results = [
             store.aggregate_neighbors(
                 seed_label,
@@ -111,8 +138,9 @@ def make_search_nodes(
                 weight_property=weight_property,
                 limit=fetch,
                 timeout_ms=QUERY_TIMEOUT_MS,
+                max_edges=max_edges,
             )
-            for seed_label, keys in sorted(by_label.items())
+            for seed_label, keys, max_edges in groups
         ]
         if len(results) == 1:
             return results[0]
@@ -183,8 +211,11 @@ def make_search_nodes(
         fetch = max(pool, limit) if do_rank else limit
         rels = list(rel_types) if rel_types else None
 
+        sampled: dict[str, int] = {}
+
         def fetch_all() -> tuple[list[NeighborAggregate], list[TripleRow]]:
-            found = aggregate(known, rels, direction, target_label, fetch + 1)
+            sampled.clear()
+            found = aggregate(known, rels, direction, target_label, fetch + 1, sampled)
             triples: list[TripleRow] = []
             if include_triples:
                 raw = bundle.store.neighbors(
@@ -225,6 +256,10 @@ def make_search_nodes(
             truncated = True
         nodes = bundle.skb.nodes
         neighbors = [neighbor(nodes, row, target_label, score) for row, score in zip(rows, scores, strict=True)]
+        if sampled:
+            note = "; ".join(f"{k}: {HUB_EDGES:,} of {n:,} edges" for k, n in sampled.items())
+            query = f"{query[:400]} sampled {note}"
+            truncated = True
         result = Neighborhood(
             provenance=ToolProvenance(tool=NAME, step=step, query=query[:500]),
             keys=known,
@@ -234,6 +269,8 @@ def make_search_nodes(
             truncated=truncated,
             ranked=do_rank,
             unknown_keys=unknown_keys,
+            sampled=sampled,
+            sample_edges=HUB_EDGES if sampled else None,
         )
         return tool_output(result, budget_tokens)
 

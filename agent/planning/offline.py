@@ -171,6 +171,19 @@ def _score(
     return model.score(keys, **weights)
 
 
+def _score_of(
+    model: AnnotationModel,
+    keys: Sequence[str],
+    features: Features | None,
+    targets: Sequence[str],
+    scoring: Mapping[str, float] | None = None,
+) -> tuple[np.ndarray, float]:
+    """``_score`` of ``targets`` only (NaN for a non-target) and the minimum over every target."""
+    weights = {k: float(v) for k, v in (scoring or {}).items() if k in _MODEL_WEIGHTS}
+    groups = features if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features) else None
+    return model.score_of(keys, targets, groups, **weights)
+
+
 def _via_intermediate(
     skb: SKB,
     mid_model: AnnotationModel,
@@ -280,10 +293,10 @@ def rank_targets(
         features = feature_groups(linked, keys)
         direct: np.ndarray | None = None
         if model is not None and model.term_ids(keys):
-            all_scores = _score(model, keys, features, scoring)
-            floor = float(all_scores.min())
-            idx = np.array([model.target_index.get(c, -1) for c in cands])
-            direct = np.where(idx >= 0, all_scores[np.maximum(idx, 0)] - floor, 0.0)
+            # only the candidates are scored (and the exact minimum over every target): scoring every
+            # target per question cost time in proportion to the graph
+            cand_scores, floor = _score_of(model, keys, features, cands, scoring)
+            direct = np.where(np.isnan(cand_scores), 0.0, cand_scores - floor)
         via: dict[str, float] | None = None
         for path in paths:
             if len(path) != 2 or path[-1].get("to_label") != target:

@@ -25,6 +25,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from scipy import sparse
@@ -227,6 +228,18 @@ class AnnotationModel:
     ``scoring.partial_credit_power``; 1 is Resnik, see ``match_value``)."""
     _anc_cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
+    # not dataclass fields: the stored models' code digest covers the fields, and derived caches change
+    # nothing that is stored
+    @cached_property
+    def _by_target(self) -> sparse.csr_matrix:
+        """``propagated`` by rows (built on the first scoring of a few targets)."""
+        return self.propagated.tocsr()
+
+    @cached_property
+    def _size_order(self) -> np.ndarray:
+        """Targets by annotation count, most first (for the exact floor of ``score_of``)."""
+        return np.argsort(-np.diff(self.direct.indptr), kind="stable")
+
     # -- hierarchy -----------------------------------------------------------------
     def ancestors_of(self, term: int) -> np.ndarray:
         """Indices of the term and its broader terms, most informative first."""
@@ -259,16 +272,145 @@ class AnnotationModel:
         prop = self.propagated
         for qi, term in enumerate(query_terms):
             row, wrow = plain[qi], weighted[qi]
-            own = float(self.ic[term])
-            for c in self.ancestors_of(term):
-                ic = match_value(float(self.ic[c]), own, power)
-                if ic <= 0.0:
-                    break
+            for c, ic in self._ancestor_credits(term, power):
                 lo, hi = prop.indptr[c], prop.indptr[c + 1]
                 rows = prop.indices[lo:hi]  # unique within a column: plain fancy assignment is safe
                 row[rows] = np.maximum(row[rows], ic)
                 wrow[rows] = np.maximum(wrow[rows], ic * prop.data[lo:hi])
         return plain, weighted
+
+    def _ancestor_credits(self, term: int, power: float) -> list[tuple[int, float]]:
+        """(ancestor, credit of a match through it: ``match_value``) for a query term, most informative first,
+        while the ancestor's IC is positive. The one definition of a match's value that ``_best_matches`` and
+        ``_best_matches_of`` share (they must give the same numbers)."""
+        own = float(self.ic[term])
+        credits: list[tuple[int, float]] = []
+        for c in self.ancestors_of(term):
+            ic = float(self.ic[c])
+            if ic <= 0.0:
+                break
+            credits.append((int(c), match_value(ic, own, power)))
+        return credits
+
+    def _best_matches_of(
+        self, query_terms: Sequence[int], targets: np.ndarray, partial_credit_power: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``_best_matches`` restricted to the target ids ``targets`` (columns in that order), computed from the
+        targets' rows: the same float32 values, at a cost of their annotations instead of every target
+        under the query's broader terms (a hub term's column can hold most of the targets)."""
+        by_row = self._by_target
+        starts, ends = by_row.indptr[targets], by_row.indptr[targets + 1]
+        lengths = (ends - starts).astype(np.int64)
+        # the concatenated row slices, without a Python loop over the targets
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        flat = np.arange(int(lengths.sum()), dtype=np.int64) + offsets
+        terms, weights = by_row.indices[flat], by_row.data[flat]
+        nonempty = lengths > 0
+        heads = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
+        power = self.partial_credit_power if partial_credit_power is None else partial_credit_power
+        plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
+        weighted = np.zeros_like(plain)
+        for qi, term in enumerate(query_terms):
+            level = np.zeros(len(self.terms), dtype=np.float32)
+            for c, credit in self._ancestor_credits(term, power):
+                level[c] = credit  # float32, as ``_best_matches`` stores it
+            if not len(terms):
+                continue
+            vals = level[terms]
+            wvals = np.where(vals > 0, vals * weights, np.float32(0.0)).astype(np.float32)
+            plain[qi, nonempty] = np.maximum(np.maximum.reduceat(vals, heads), 0.0)
+            weighted[qi, nonempty] = np.maximum(np.maximum.reduceat(wvals, heads), 0.0)
+        return plain, weighted
+
+    def score_of(
+        self,
+        query_keys: Sequence[str],
+        targets: Sequence[str],
+        groups: Sequence[Sequence[tuple[str, float]]] | None = None,
+        *,
+        frequency_mix: float | None = None,
+        size_penalty: float | None = None,
+        partial_credit_power: float | None = None,
+    ) -> tuple[np.ndarray, float]:
+        """The scores of ``targets`` (``score``, or ``score_groups`` when ``groups`` are given; NaN for a key
+        that is not a target) and the minimum score over every target, exactly as the full arrays give them.
+
+        Why: a planner ranks a few thousand candidates, and scoring every target of a million-node graph
+        per question cost time in proportion to the graph. The minimum needs no full pass either: a target
+        no query term reaches scores ``-size_penalty * log(1 + its annotations)``, the lowest any target with
+        as many annotations can score, so walking targets from the most annotated down, the minimum is among
+        those before and at the first such target. Falls back to the full arrays where that bound does not
+        hold (no size penalty, or a symmetric term)."""
+        frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
+        size_penalty = self.size_penalty if size_penalty is None else size_penalty
+        ids = np.array([self.target_index.get(k, -1) for k in targets], dtype=np.int64)
+        if size_penalty <= 0 or (groups is None and self.symmetric):
+            knobs = {"frequency_mix": frequency_mix, "size_penalty": size_penalty,
+                     "partial_credit_power": partial_credit_power}
+            full = (self.score_groups(groups, **knobs) if groups is not None else self.score(query_keys, **knobs))
+            return np.where(ids >= 0, full[np.maximum(ids, 0)], np.nan).astype(np.float32), float(full.min())
+        order = self._size_order
+        n = len(self.targets)
+        probe = min(n, 64)
+        while True:
+            rows = np.concatenate((ids[ids >= 0], order[:probe]))
+            scores, reached = self._scores_of(query_keys, groups, rows, frequency_mix, size_penalty,
+                                              partial_credit_power)
+            head_reached = reached[len(rows) - probe :]
+            if not head_reached.all() or probe == n:
+                first = int(np.argmin(head_reached)) if not head_reached.all() else probe - 1
+                floor = float(scores[len(rows) - probe : len(rows) - probe + first + 1].min())
+                break
+            probe = min(n, probe * 4)
+        out = np.full(len(ids), np.nan, dtype=np.float32)
+        out[ids >= 0] = scores[: int((ids >= 0).sum())]
+        return out, floor
+
+    def _scores_of(
+        self,
+        query_keys: Sequence[str],
+        groups: Sequence[Sequence[tuple[str, float]]] | None,
+        rows: np.ndarray,
+        frequency_mix: float,
+        size_penalty: float,
+        partial_credit_power: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``score`` / ``score_groups`` of the target ids ``rows`` (the same float32 operations, per element), and
+        whether any query term reaches each."""
+        log_sizes = np.log1p(np.diff(self.direct.indptr).astype(np.float32))[rows]
+        if groups is None:
+            qids = list(dict.fromkeys(self.term_ids(query_keys)))
+            if not qids:
+                return np.zeros(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
+            plain, weighted = self._best_matches_of(qids, rows, partial_credit_power)
+            agg = plain.sum(axis=0)
+            if frequency_mix:
+                agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
+            agg = agg - size_penalty * log_sizes
+            return agg.astype(np.float32), np.asarray((plain > 0).any(axis=0))
+        seen: set[tuple[tuple[int, float], ...]] = set()
+        clean: list[list[tuple[int, float]]] = []
+        for group in groups:
+            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
+            if found and found not in seen:
+                seen.add(found)
+                clean.append(list(found))
+        agg = np.zeros(len(rows), dtype=np.float32)
+        if not clean:
+            return agg, np.zeros(len(rows), dtype=bool)
+        terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
+        row_of = {t: i for i, t in enumerate(terms)}
+        plain, weighted = self._best_matches_of(terms, rows, partial_credit_power)
+        mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
+        for items in clean:
+            if len(items) == 1 and items[0][1] == 1.0:
+                agg += mixed[row_of[items[0][0]]]
+                continue
+            best = np.zeros(len(rows), dtype=np.float32)
+            for term_id, weight in items:
+                np.maximum(best, weight * mixed[row_of[term_id]], out=best)
+            agg += best
+        return (agg - size_penalty * log_sizes).astype(np.float32), np.asarray((plain > 0).any(axis=0))
 
     def target_to_query(self, query_terms: Sequence[int]) -> np.ndarray:
         """(n_targets,): mean over a target's direct annotations of their best IC match in the query."""

@@ -77,7 +77,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     for q in ("p50", "p95"):
         add(f"agent {q} (ms)", [float(r["latency"]["agent"][f"{q}_ms"]) for r in rows], ".0f")
     add("agent Hit@1 on generated questions", [float(r["latency"]["agent_hit1"]) for r in rows], ".2f")
-    add("load average at start", [float(r.get("load_avg_start", nan)) for r in rows], ".1f")
+    # a latency-only run (--skip-build) keeps the size's last build and the load average that build started at
+    add("load average at build start",
+        [float(r.get("build_load_avg_start", r.get("load_avg_start", nan))) for r in rows], ".1f")
+    add("load average at latency start", [float(r.get("load_avg_start", nan)) for r in rows], ".1f")
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import gzip as gzip_mod
+import io
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -84,32 +85,37 @@ def _pick(directory: Path, base: str, required: bool) -> Path | None:
     return None
 
 
-def _read_bytes(path: Path) -> bytes:
+#: Bytes of decompressed JSON lines parsed at once. Why chunks: parsing a whole file holds its text, a
+#: copy of it and every record as a dict at the same time; at 10 million edges that alone was several GB
+#: (the 1M-node scale build peaked at 11.2 GB while loading). A chunk's dicts become nodes/edges and are
+#: freed before the next chunk is read, so the transient cost is one chunk, not the file.
+CHUNK_BYTES = 4 << 20
+
+
+def _open_lines(path: Path) -> Any:
     try:
-        data = path.read_bytes()
-        return gzip_mod.decompress(data) if path.suffix == ".gz" else data
-    except (OSError, EOFError, gzip_mod.BadGzipFile) as exc:
+        return gzip_mod.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    except OSError as exc:
         raise LoaderError(str(path), f"cannot read ({exc})", fix="re-write the file; it may be truncated") from exc
 
 
-def _parse(path: Path) -> tuple[list[Any], list[int] | None]:
-    """All records of a JSON-lines file, and their line numbers (None: record i is on line i+1).
+def _parse_lines(raw: list[bytes], src: str, first_line: int) -> tuple[list[Any], list[int] | None]:
+    """The records of ``raw`` (lines numbered from ``first_line``) and their line numbers (None: record
+    i is on line ``first_line + i``).
 
-    Fast path: the whole file parsed as one JSON array (one C call). If that fails, the
-    slow path parses line by line so the error can name its line.
+    Fast path: the chunk parsed as one JSON array (one C call). If that fails (a blank line, a
+    bad record), the slow path parses line by line so the error can name its line.
     """
-    data = _read_bytes(path)
-    body = data.rstrip()
-    if body and not body[:1].isspace():
+    stripped = [line.rstrip() for line in raw]
+    if stripped and all(stripped) and not any(line[:1].isspace() for line in stripped):
         try:
-            objs = _loads(b"[" + body.replace(b"\n", b",") + b"]")
-            if isinstance(objs, list):
+            objs = _loads(b"[" + b",".join(stripped) + b"]")
+            if isinstance(objs, list) and len(objs) == len(stripped):
                 return objs, None
         except ValueError:
             pass
-    src = str(path)
     objs, lines = [], []
-    for lineno, line in enumerate(data.split(b"\n"), 1):
+    for lineno, line in enumerate(stripped, first_line):
         if not line.strip():
             continue
         try:
@@ -120,6 +126,24 @@ def _parse(path: Path) -> tuple[list[Any], list[int] | None]:
             ) from exc
         lines.append(lineno)
     return objs, lines
+
+
+def _parse(path: Path) -> Iterator[tuple[list[Any], list[int] | None, int]]:
+    """The records of a JSON-lines file chunk by chunk (:data:`CHUNK_BYTES` of text each): the records,
+    their line numbers (None: record i is on line ``first + i``) and ``first``."""
+    src = str(path)
+    first = 1
+    with _open_lines(path) as fh:
+        while True:
+            try:
+                raw = fh.readlines(CHUNK_BYTES)
+            except (OSError, EOFError, gzip_mod.BadGzipFile) as exc:
+                raise LoaderError(src, f"cannot read ({exc})", fix="re-write the file; it may be truncated") from exc
+            if not raw:
+                return
+            objs, lines = _parse_lines(raw, src, first)
+            yield objs, lines, first
+            first += len(raw)
 
 
 def _key(value: Any, field: str, src: str, lineno: int) -> str:
@@ -226,52 +250,59 @@ def _profile(path: Path) -> Profile | None:
 def _load_nodes(skb: SKB, path: Path) -> None:
     src = str(path)
     nodes = skb.nodes
-    objs, lines = _parse(path)
-    for i, obj in enumerate(objs):
-        lineno = lines[i] if lines is not None else i + 1
-        node = _node(obj, src, lineno)
-        if node.key in nodes:  # SKB.add_node also refuses, but cannot name the first line
-            raise LoaderError(
-                src,
-                f"duplicate node key {node.key!r} (labels {nodes[node.key].label!r} and {node.label!r})",
-                record=f"line {lineno}",
-                fix="node keys must be unique across all labels; prefix them by type if needed",
-            )
-        skb.add_node(node, source=src, record=f"line {lineno}")
+    for objs, lines, first in _parse(path):
+        for i, obj in enumerate(objs):
+            lineno = lines[i] if lines is not None else first + i
+            node = _node(obj, src, lineno)
+            if node.key in nodes:  # SKB.add_node also refuses, but cannot name the first line
+                raise LoaderError(
+                    src,
+                    f"duplicate node key {node.key!r} (labels {nodes[node.key].label!r} and {node.label!r})",
+                    record=f"line {lineno}",
+                    fix="node keys must be unique across all labels; prefix them by type if needed",
+                )
+            skb.add_node(node, source=src, record=f"line {lineno}")
 
 
 def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
+    """Append the file's edges to ``skb``.
+
+    Each edge refers to its endpoints by the node's own key string and to its relation by one shared
+    string per relation: a parsed record brings fresh copies of both, which at ten million edges
+    cost over a gigabyte of duplicate strings."""
     src = str(path)
     nodes = skb.nodes
-    objs, lines = _parse(path)
-    edges: list[Edge] = []
-    append = edges.append
-    checked_rels: set[str] = set()  # relation names already checked by _edge (the first edge of each goes there)
-    for i, obj in enumerate(objs):
-        # fast path for the well-formed common case; anything odd goes through _edge
-        if type(obj) is dict:
-            s, r, d, p = obj.get("src"), obj.get("rel"), obj.get("dst"), obj.get("props")
-            if type(s) is str and type(d) is str and type(r) is str and r in checked_rels and s in nodes and d in nodes:
-                if p is None:
-                    append(Edge(s, r, d, {}))
-                    continue
-                if type(p) is dict:
-                    append(Edge(s, r, d, p))
-                    continue
-        lineno = lines[i] if lines is not None else i + 1
-        edge = _edge(obj, src, lineno)
-        for end in (edge.src, edge.dst):
-            if end not in nodes:
-                raise LoaderError(
-                    src,
-                    f"edge {edge.src!r} -[{edge.rel}]-> {edge.dst!r} refers to unknown node {end!r}",
-                    record=f"line {lineno}",
-                    fix=f"add node {end!r} to {nodes_name} or remove the edge",
-                )
-        checked_rels.add(edge.rel)
-        append(edge)
-    for edge in edges:
-        skb.add_edge(edge)
+    node_of = nodes.get
+    add = skb.add_edge
+    rels: dict[str, str] = {}  # relation names already checked by _edge (the first edge of each goes there)
+    for objs, lines, first in _parse(path):
+        for i, obj in enumerate(objs):
+            # fast path for the well-formed common case; anything odd goes through _edge
+            if type(obj) is dict:
+                s, r, d, p = obj.get("src"), obj.get("rel"), obj.get("dst"), obj.get("props")
+                if type(s) is str and type(d) is str and type(r) is str:
+                    rel, sn, dn = rels.get(r), node_of(s), node_of(d)
+                    if rel is not None and sn is not None and dn is not None:
+                        if p is None:
+                            add(Edge(sn.key, rel, dn.key, {}))
+                            continue
+                        if type(p) is dict:
+                            add(Edge(sn.key, rel, dn.key, p))
+                            continue
+            lineno = lines[i] if lines is not None else first + i
+            edge = _edge(obj, src, lineno)
+            for end in (edge.src, edge.dst):
+                if end not in nodes:
+                    raise LoaderError(
+                        src,
+                        f"edge {edge.src!r} -[{edge.rel}]-> {edge.dst!r} refers to unknown node {end!r}",
+                        record=f"line {lineno}",
+                        fix=f"add node {end!r} to {nodes_name} or remove the edge",
+                    )
+            edge.rel = rels.setdefault(edge.rel, edge.rel)
+            edge.src, edge.dst = nodes[edge.src].key, nodes[edge.dst].key
+            add(edge)
+        del objs
 
 
 def load_jsonl(directory: Path) -> SKB:
@@ -306,11 +337,23 @@ def load_jsonl(directory: Path) -> SKB:
 
 
 def _encode(path_base: str, lines: Iterator[bytes], gzip: bool) -> tuple[str, bytes]:
-    data = b"".join(lines)
+    """The file's name and bytes. Lines are joined (and compressed) a batch at a time: joining all of
+    them at once would hold every line as its own bytes object and the joined text together, over a
+    gigabyte at ten million edges, where the compressed result is a tenth of the text."""
+    out = io.BytesIO()
+    # mtime=0: identical content gives identical bytes, so manifest checksums are stable
+    sink: Any = gzip_mod.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=GZIP_LEVEL, mtime=0) \
+        if gzip else out
+    batch: list[bytes] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= 65536:
+            sink.write(b"".join(batch))
+            batch.clear()
+    sink.write(b"".join(batch))
     if gzip:
-        # mtime=0: identical content gives identical bytes, so manifest checksums are stable
-        return f"{path_base}.gz", gzip_mod.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-    return path_base, data
+        sink.close()
+    return (f"{path_base}.gz" if gzip else path_base), out.getvalue()
 
 
 def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:

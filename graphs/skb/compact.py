@@ -440,6 +440,37 @@ class CompactSKB(SKB):
                 found.extend((self._rels[int(r)], direction) for r in uniq[np.argsort(first)])
         return found
 
+    def edge_count(
+        self,
+        key: str,
+        rels: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        label: str | None = None,
+    ) -> int:
+        i = self._index.get(key)
+        if i is None:
+            return 0
+        if label is not None and label not in self._labels:
+            return 0
+        rids = None if rels is None else np.asarray([self._rels.index(r) for r in rels if r in self._rels])
+        lid = None if label is None else self._labels.index(label)
+        sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        if direction in ("out", "both"):
+            sides.append((self._out_ptr, self._out_idx, self._edge_dst))
+        if direction in ("in", "both"):
+            sides.append((self._in_ptr, self._in_idx, self._edge_src))
+        count = 0
+        for n, (ptr, idx, other) in enumerate(sides):
+            edges = idx[ptr[i] : ptr[i + 1]]
+            if n == 1:  # a self-loop is counted on the outgoing side
+                edges = edges[self._edge_src[edges] != self._edge_dst[edges]]
+            if rids is not None:
+                edges = edges[np.isin(self._edge_rel[edges], rids)]
+            if lid is not None:
+                edges = edges[self._node_label[other[edges]] == lid]
+            count += len(edges)
+        return count
+
     def neighbor_keys(
         self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
     ) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -283,6 +283,38 @@ class SKB:
         for edge in self.in_edges(key):
             seen.setdefault((edge.rel, "in"))
         return list(seen)
+
+    def edge_count(
+        self,
+        key: str,
+        rels: Sequence[str] | None = None,
+        direction: Literal["out", "in", "both"] = "both",
+        label: str | None = None,
+    ) -> int:
+        """How many edges of ``key`` one-hop expansion would read: of ``rels`` (None: any), in ``direction``,
+        to neighbours of ``label`` (None: any); a self-loop counts once, as a store's undirected match reads it.
+        Why: a hub's neighbourhood can be a sizeable share of the graph; tools decide from this count,
+        without materialising the edges, whether to read all of them or a bounded sample."""
+        allowed = None if rels is None else set(rels)
+        count = 0
+        sides: list[tuple[Iterator[Edge], bool]] = []
+        if direction in ("out", "both"):
+            sides.append((self.out_edges(key), True))
+        if direction in ("in", "both"):
+            sides.append((self.in_edges(key), False))
+        nodes = self.nodes
+        for edges, outgoing in sides:
+            for e in edges:
+                if allowed is not None and e.rel not in allowed:
+                    continue
+                if direction == "both" and not outgoing and e.src == e.dst:
+                    continue  # counted on the outgoing side
+                if label is not None:
+                    other = nodes.get(e.dst if outgoing else e.src)
+                    if other is None or other.label != label:
+                        continue
+                count += 1
+        return count
 
     def neighbor_keys(
         self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None

@@ -40,6 +40,7 @@ def aggregation_query(
     weight_property: str | None = None,
     *,
     single_seed: bool = False,
+    max_edges: bool = False,
 ) -> str:
     """The one Cypher query that aggregates the neighbourhood of ``$keys`` (all of ``seed_label``).
 
@@ -52,6 +53,12 @@ def aggregation_query(
     seeds list cut the call from 76 to 28 ms. Only names validated against the schema are spliced in
     (backtick-quoted); keys and the limit are parameters. Portable across FalkorDB and Neo4j-compatible
     servers (no subqueries, no dynamic property access). Cheap by construction: no DISTINCT over seeds.
+
+    ``max_edges``: the server reads at most ``$max_edges`` edges (the first it finds) before grouping.
+    Why: grouping, ordering and returning cost the size of the whole neighbourhood, and in a graph with
+    power-law degrees the largest hubs grow with the graph (a 116,608-edge hub of the 300k-node scale
+    graph: 458 ms grouped whole, 12 ms when 5,001 edges are read); callers bound a hub's share this way
+    and say that what they return is a sample.
     """
     rels = ":" + "|".join(quote_name(r) for r in rel_types) if rel_types else ""
     target = f":{quote_name(target_label)}" if target_label else ""
@@ -64,9 +71,10 @@ def aggregation_query(
     if weight_property:
         grouped += f", sum(coalesce(toFloat(r.{quote_name(weight_property)}), 0.0)) AS weight"
         returned += ", weight"
+    bound = ("WITH m, r LIMIT $max_edges " if single_seed else "WITH n, m, r LIMIT $max_edges ") if max_edges else ""
     return (
         f"MATCH (n:{quote_name(seed_label)}){left}[r{rels}]{right}(m{target}) WHERE n.key IN $keys "
-        f"WITH m, {grouped} "
+        f"{bound}WITH m, {grouped} "
         f"RETURN {returned} "
         "ORDER BY paths DESC, key ASC LIMIT $limit"
     )
@@ -76,9 +84,14 @@ def _one_type(rel_types: Sequence[str] | None) -> bool:
     return rel_types is not None and len(rel_types) == 1
 
 
-def aggregation_params(keys: list[str], rel_types: list[str] | None, limit: int) -> dict[str, Any]:
-    """The parameters of ``aggregation_query``."""
-    return {"keys": keys, "limit": limit}
+def aggregation_params(
+    keys: list[str], rel_types: list[str] | None, limit: int, max_edges: int | None = None
+) -> dict[str, Any]:
+    """The parameters of ``aggregation_query`` (``max_edges`` for a query built with ``max_edges=True``)."""
+    params: dict[str, Any] = {"keys": keys, "limit": limit}
+    if max_edges is not None:
+        params["max_edges"] = int(max_edges)
+    return params
 
 
 def aggregation_rows(

@@ -100,9 +100,13 @@ class GraphStore(ABC):
         weight_property: str | None = None,
         limit: int = 50,
         timeout_ms: int | None = None,
+        max_edges: int | None = None,
     ) -> list[NeighborAggregate]:
         """The one-hop neighbourhood of ``keys`` (all of ``seed_label``), one row per neighbour, aggregated,
-        ordered (most edges first, then key) and limited by the server in one query."""
+        ordered (most edges first, then key) and limited by the server in one query.
+
+        ``max_edges``: read at most that many edges (the first the server finds) and aggregate those: a
+        sample of a hub's neighbourhood at a bounded cost (None: every edge)."""
 
     @abstractmethod
     def labels(self) -> list[str]: ...
@@ -464,6 +468,7 @@ class CypherStore(GraphStore):
         weight_property: str | None = None,
         limit: int = 50,
         timeout_ms: int | None = None,
+        max_edges: int | None = None,
     ) -> list[NeighborAggregate]:
         """One aggregation query (``graphs.store.aggregate``) on the read-only path, without the guard's
         tokenizer: the text is built here from names checked against the graph (unknown ones are errors
@@ -480,10 +485,14 @@ class CypherStore(GraphStore):
             raise CypherValidationError("weight_property must be a property name or None, got ''")
         timeout = self._timeout(timeout_ms)
         single = checked[0] if len(set(checked)) == 1 else None
+        if max_edges is not None and max_edges < 1:
+            raise CypherValidationError(f"max_edges must be at least 1 or None, got {max_edges}")
         cypher = aggregation_query(
-            seed_label, rels, direction, target_label, weight_property, single_seed=single is not None
+            seed_label, rels, direction, target_label, weight_property, single_seed=single is not None,
+            max_edges=max_edges is not None,
         )
-        _, rows, _ = self._run_query(cypher, aggregation_params(checked, rels, limit), timeout, limit)
+        params = aggregation_params(checked, rels, limit, max_edges)
+        _, rows, _ = self._run_query(cypher, params, timeout, limit)
         return aggregation_rows(rows, rels, weight_property, single)
 
     def count_nodes(self) -> int:
