@@ -486,7 +486,11 @@ class AgentGraph:
             return self._guided_round(state, cfg, start)
         reply: AIMessage | None = None
         budget_stop: str | None = None
-        if not offline:
+        if not offline and not self.counts_llm(cfg):
+            # the offline planner is a chat model by interface only: no prompt goes anywhere, so none is
+            # counted against a budget (counting one cost more than the planner's own work)
+            reply = invoke_with_retry(self.model(cfg).bind_tools(list(tools.values())), scratchpad, cfg)
+        elif not offline:
             bound: Runnable[LanguageModelInput, BaseMessage] = self.model(cfg).bind_tools(list(tools.values()))
             budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
             try:

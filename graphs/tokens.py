@@ -22,6 +22,7 @@ How a count is made:
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import math
 import re
@@ -137,10 +138,24 @@ def _encodable(text: str) -> str:
     return text
 
 
+#: Counts of texts this long are remembered (a tool result is counted where it is fitted, where it is
+#: budgeted and where it is reported: the same few kilobytes three times) ...
+CACHE_MIN_CHARS = 256
+#: ... up to this length and this many texts (a bound: at most ~8 MB held).
+CACHE_MAX_CHARS, CACHE_TEXTS = 32_768, 256
+
+
+@functools.lru_cache(maxsize=CACHE_TEXTS)
+def _cached_count(model: str, text: str) -> int:
+    return _encoder(model or None)[1]([text])[0]
+
+
 def raw_count(text: str, model: str | None = None) -> int:
     """Tokens of ``text`` by the tokenizer alone, without the model's calibration."""
     if not text:
         return 0
+    if CACHE_MIN_CHARS <= len(text) <= CACHE_MAX_CHARS:
+        return _cached_count(model or "", _encodable(text))
     return _encoder(model)[1]([_encodable(text)])[0]
 
 

@@ -59,3 +59,35 @@ def test_tool_text_fits_a_real_token_budget() -> None:
     text = hits.model_text(120)
     assert estimate_tokens(text) == count_tokens(text) <= 120
     assert json.loads(text)["omitted"] > 0
+
+
+def test_a_long_text_is_tokenized_once_however_often_it_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphs import tokens
+
+    text = json.dumps([{"key": f"K{i}", "name": f"node number {i}", "score": i / 7} for i in range(40)])
+    assert len(text) >= tokens.CACHE_MIN_CHARS
+    tokens._cached_count.cache_clear()
+    calls: list[int] = []
+    name, encode = tokens._encoder(None)
+
+    def counting(texts: list[str]) -> list[int]:
+        calls.append(len(texts))
+        return encode(texts)
+
+    monkeypatch.setitem(tokens._encoders, "", (name, counting))
+    first = count_tokens(text)
+    assert count_tokens(text) == raw_count(text) == first and calls == [1]  # fitted, budgeted, reported: once
+    assert tokens._cached_count.cache_info().maxsize == tokens.CACHE_TEXTS  # bounded
+
+
+def test_the_offline_planner_counts_no_prompt(hpo_bundle: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no prompt goes anywhere: counting one (the scratchpad and every tool schema) cost more than planning
+    from agent import AgentConfig, ask
+    from agent.planning import llm
+
+    def refuse(*args: object, **kwargs: object) -> int:
+        raise AssertionError("the offline planner's prompt was counted")
+
+    monkeypatch.setattr(llm, "prompt_tokens", refuse)
+    result = ask("Which disease has brachydactyly and syndactyly?", bundle=hpo_bundle, config=AgentConfig())
+    assert result.context and result.llm_calls == 0
