@@ -79,6 +79,12 @@ class AgentConfig(BaseModel):
         default=1, ge=1, le=10, description="pairwise: bottom-up comparison passes (each rerank_top - 1 calls)"
     )
     planner: PlannerKind = "offline"
+    stage_llm: Literal["planner", "openai"] = Field(
+        default="planner",
+        description="the model the optional stages (constraints, rerank) ask: planner -- the planner's (none with the "
+        "offline planner); openai -- the configured OpenAI-compatible model (model, base_url) even when the planner is "
+        "offline: a deterministic plan and the LLM only to refine it (one call fewer per question than plan-once)",
+    )
     model: str = Field(default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"))
     base_url: str | None = Field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)

@@ -259,6 +259,17 @@ class AgentGraph:
                 model = self._models[key] = make_chat_model(cfg, self.bundle)
         return model
 
+    def stage_model(self, cfg: AgentConfig) -> BaseChatModel:
+        """The model the optional stages ask: the planner's, or with ``stage_llm="openai"`` the configured
+        OpenAI-compatible model whichever planner plans (an injected chat model serves both)."""
+        if self.chat_model is None and cfg.stage_llm == "openai":
+            return self.model(cfg.model_copy(update={"planner": "openai"}))
+        return self.model(cfg)
+
+    def stage_counts_llm(self, cfg: AgentConfig) -> bool:
+        """The stages have a real model to ask (``counts_llm`` for the planner's, or ``stage_llm="openai"``)."""
+        return self.counts_llm(cfg) or cfg.stage_llm == "openai"
+
     def offline_model(self, cfg: AgentConfig) -> BaseChatModel:
         """The offline planner, used when the configured planner keeps failing (``degrade_to_offline``)."""
         with self._lock:

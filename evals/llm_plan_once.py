@@ -29,7 +29,8 @@ from agent import AgentConfig, ask
 from evals.bench import Bench, Question, load_bench
 from graphs.bundle import IndexBundle
 
-METHODS = ("plan-once", "guided", "offline")
+METHODS = ("plan-once", "guided", "offline", "offline+llm")
+"""offline+llm: the offline planner plans, the model only serves the optional stages (``stage_llm="openai"``)."""
 
 
 def pick(bench: Bench, n: int, stratify: str | None) -> list[Question]:
@@ -66,6 +67,10 @@ def config_for(method: str, model: str, overrides: dict[str, Any]) -> AgentConfi
         base.update(
             planner="openai", planner_mode="guided", model=model, llm_timeout_s=170.0, max_wall_s=240.0,
             llm_attempts=3,
+        )
+    if method == "offline+llm":
+        base.update(
+            stage_llm="openai", model=model, llm_timeout_s=170.0, max_wall_s=240.0, llm_attempts=3,
         )
     return AgentConfig.model_validate({**base, **overrides})
 

@@ -71,6 +71,9 @@ class RerankOutcome:
 
     order: list[int]
     calls: int = 0
+    valid_calls: int = 0
+    """Calls whose reply was usable as it stood (a score; a list of known, distinct numbers; A or B):
+    the measure of how well a model answers the mode's question."""
     notes: list[str] = field(default_factory=list)
     changed: bool = False
 
@@ -79,6 +82,7 @@ class RerankOutcome:
             "mode": mode,
             "candidates": len(keys),
             "calls": self.calls,
+            "valid_calls": self.valid_calls,
             "changed": self.changed,
             "order": [keys[i] for i in self.order],
             "notes": list(self.notes),
@@ -163,6 +167,7 @@ def _pointwise(
         reply = invoke([SystemMessage(system), HumanMessage(human)])
         out.calls += 1
         value = _read(reply, "pointwise")
+        out.valid_calls += isinstance(value, PointScore)
         scores.append(value.score if isinstance(value, PointScore) else None)
     bad = [candidates[i].key for i, s in enumerate(scores) if s is None]
     if bad:
@@ -196,6 +201,7 @@ def _listwise(
     missing = [i for i in range(n) if i not in ranked]
     if ignored:
         out.notes.append(f"listwise: ignored unknown or repeated numbers {ignored[:20]}")
+    out.valid_calls += not ignored
     if missing:
         out.notes.append(f"listwise: {len(missing)} candidate(s) not ranked by the model kept their order after the ranked")
     out.order = ranked + missing
@@ -226,6 +232,7 @@ def _pairwise(
             if not isinstance(value, PairChoice):
                 unreadable += 1
                 continue
+            out.valid_calls += 1
             if value.better == "B":
                 order[i], order[i + 1] = order[i + 1], order[i]
                 swapped = True
