@@ -93,6 +93,29 @@ def test_malformed_output_keeps_the_original_order_with_a_note(
     assert any(note in n for n in outcome.notes), outcome.notes
 
 
+@pytest.mark.parametrize(("mode", "reply"), [
+    ("listwise", call("order_candidates", {"order": [1, 2, 3, 4]})),
+    ("pointwise", call("score_candidate", {"score": 5})),
+    ("pairwise", call("choose_candidate", {"better": "A"})),
+])
+def test_every_prompt_fits_its_budget_in_real_tokens(mode: Any, reply: AIMessage) -> None:
+    """Long candidate texts (JSON-dense, where characters / 4 undercounts) are cut so that each prompt
+    stays within the budget as the real tokenizer counts it, and the budget is used, not wasted."""
+    from graphs.tokens import count_tokens
+
+    dense = '{"id": "X:0001", "values": [1, 2, 3], "note": "é∂ƒ"} ' * 200
+    long = [Candidate(key=k, label="Item", name=f"name {k}", text=dense) for k in "ABCD"]
+    model = ScriptedChatModel([reply] * 4)
+    bind = bind_for(model, "tool")
+    budget = 600
+    rerank(mode, "which one?", long, lambda which: lambda h: bind(which).invoke(list(h)), budget_tokens=budget)
+    assert model.calls
+    for prompt in model.calls:
+        size = sum(count_tokens(str(m.content)) for m in prompt)
+        assert 0.8 * budget <= size <= budget, size
+        assert "\u2026" in str(prompt[-1].content)
+
+
 def test_text_mode_reads_json_from_the_reply() -> None:
     order, _, model = run("listwise", [text('```json\n{"order": [2, 1, 3, 4]}\n```')], structured="text")
     assert order == ["B", "A", "C", "D"] and model.bound_tools == []
