@@ -59,3 +59,12 @@ def test_tool_text_fits_a_real_token_budget() -> None:
     text = hits.model_text(120)
     assert estimate_tokens(text) == count_tokens(text) <= 120
     assert json.loads(text)["omitted"] > 0
+
+
+def test_each_digit_counts_as_a_token() -> None:
+    """Most open models' tokenizers split numbers into digits; WordPiece keeps known numbers whole, which
+    made key- and year-heavy prompts look cheaper than the endpoint counted them."""
+    assert raw_count("1971") == 4
+    assert raw_count("released in 1971") == raw_count("released in") + 4
+    assert raw_count("K:0001250") >= 7 + raw_count("K:")
+    assert count_tokens_many(["2003", "x 12"]) == [4, raw_count("x") + 2]
