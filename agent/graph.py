@@ -546,7 +546,7 @@ class AgentGraph:
         proposal = check_tool_calls(invoke_with_retry(self.offline_model(cfg), scratchpad, cfg), tools).valid
         view = round_view(schema, linked, pool, target, proposal)
         names = self._names(view, linked)
-        ranked = ranked_candidates(pool, target)[:MAX_FINISH]
+        ranked = list(dict.fromkeys([*view.finish_keys, *ranked_candidates(pool, target)]))[:MAX_FINISH]
         candidates = [(k, str(pool[k].get("label", "")), names.get(k, ""), float(pool[k].get("score", 0.0))) for k in ranked]
         round_no = int(state.get("step") or 0) + 1
         system = load_prompt("guided_system.md")
@@ -607,7 +607,7 @@ class AgentGraph:
             row["choice"] = f"pick:{first['args'].get('option')}" if first["name"] == "pick" else first["name"]
             break
         if calls is None:
-            calls = [{"name": c["name"], "args": dict(c.get("args") or {})} for c in proposal]
+            calls = [{"name": c["name"], "args": dict(c.get("args") or {}), "id": c.get("id")} for c in proposal]
             if not offline:
                 degraded.append(f"guided round {round_no}: no valid call after {row['attempts']} attempt(s); ran the "
                                 "offline planner's next action")
