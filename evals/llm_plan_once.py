@@ -136,13 +136,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "degraded": sum(1 for r in mine if r["degraded"]),
             "over_3_min": sum(1 for r in mine if r["wall_s"] > 180),
             "over_4_min": sum(1 for r in mine if r["wall_s"] > 240),
-            **_token_agreement(mine),
+            **token_agreement(mine),
             **_guided_summary(mine),
         }
     return out
 
 
-def _token_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def token_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Pre-call estimates against the endpoint's reported prompt tokens, over the questions that called it."""
     called = [r for r in rows if r.get("prompt_tokens") and r.get("estimated_prompt_tokens")]
     if not called:

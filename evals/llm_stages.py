@@ -24,7 +24,7 @@ from typing import Any
 
 from agent import AgentConfig, ask
 from evals.bench import Question, load_bench
-from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments
+from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments, token_agreement
 from graphs.bundle import IndexBundle
 
 STAGES = ("plan", "act", "constraints", "rerank")
@@ -50,6 +50,7 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
         "wall_s": round(wall, 2),
         "llm_calls": result.llm_calls,
         "prompt_tokens": result.prompt_tokens,
+        "estimated_prompt_tokens": sum(u.estimated_prompt_tokens for u in result.usage_by_stage.values()),
         "usage": {k: v.model_dump() for k, v in result.usage_by_stage.items()},
         "ms": {k: result.timings_ms.get(k) for k in (*STAGES, "total") if k in result.timings_ms},
         "constraints": {
@@ -129,6 +130,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "rerank_with_notes": sum(1 for r in mine if r["rerank"].get("notes")),
             "budget_stops": sum(1 for r in mine if r["stopped_by_budget"]),
             "per_stage": per_stage,
+            **token_agreement(mine),
         }
     return out
 
