@@ -58,6 +58,8 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
             "valid_first_try": extraction.get("valid_first_try"),
             "valid": extraction.get("valid"),
             "repaired": extraction.get("repaired"),
+            "errors": extraction.get("errors"),
+            "loosened": extraction.get("loosened"),
             "n": len(constraints.get("constraints") or []),
             "relaxations": max(0, len(constraints.get("relaxations") or []) - 1),
             "front": constraints.get("front"),
