@@ -57,7 +57,7 @@ class AgentConfig(BaseModel):
         default=5, ge=1, le=100, description="linked nodes kept per constraint entity (its anchor set)"
     )
     constraint_prompt_tokens: int = Field(
-        default=2000, ge=200, le=100_000, description="token budget (chars/4) of the constraint-extraction prompt"
+        default=2000, ge=200, le=100_000, description="token budget (real tokens, graphs.tokens) of the constraint-extraction prompt"
     )
     constraint_min_share: float = Field(
         default=0.5,
@@ -73,12 +73,18 @@ class AgentConfig(BaseModel):
     )
     rerank_top: int = Field(default=10, ge=2, le=50, description="seeds the reranker reorders (the rest keep rank)")
     rerank_prompt_tokens: int = Field(
-        default=2000, ge=200, le=100_000, description="token budget (chars/4) of one rerank prompt"
+        default=2000, ge=200, le=100_000, description="token budget (real tokens, graphs.tokens) of one rerank prompt"
     )
     rerank_passes: int = Field(
         default=1, ge=1, le=10, description="pairwise: bottom-up comparison passes (each rerank_top - 1 calls)"
     )
     planner: PlannerKind = "offline"
+    stage_llm: Literal["planner", "openai"] = Field(
+        default="planner",
+        description="the model the optional stages (constraints, rerank) ask: planner -- the planner's (none with the "
+        "offline planner); openai -- the configured OpenAI-compatible model (model, base_url) even when the planner is "
+        "offline: a deterministic plan and the LLM only to refine it (one call fewer per question than plan-once)",
+    )
     model: str = Field(default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"))
     base_url: str | None = Field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)

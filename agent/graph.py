@@ -264,6 +264,17 @@ class AgentGraph:
                 model = self._models[key] = make_chat_model(cfg, self.bundle)
         return model
 
+    def stage_model(self, cfg: AgentConfig) -> BaseChatModel:
+        """The model the optional stages ask: the planner's, or with ``stage_llm="openai"`` the configured
+        OpenAI-compatible model whichever planner plans (an injected chat model serves both)."""
+        if self.chat_model is None and cfg.stage_llm == "openai":
+            return self.model(cfg.model_copy(update={"planner": "openai"}))
+        return self.model(cfg)
+
+    def stage_counts_llm(self, cfg: AgentConfig) -> bool:
+        """The stages have a real model to ask (``counts_llm`` for the planner's, or ``stage_llm="openai"``)."""
+        return self.counts_llm(cfg) or cfg.stage_llm == "openai"
+
     def offline_model(self, cfg: AgentConfig) -> BaseChatModel:
         """The offline planner, used when the configured planner keeps failing (``degrade_to_offline``)."""
         with self._lock:
@@ -544,7 +555,7 @@ class AgentGraph:
         proposal = check_tool_calls(invoke_with_retry(self.offline_model(cfg), scratchpad, cfg), tools).valid
         view = round_view(schema, linked, pool, target, proposal)
         names = self._names(view, linked)
-        ranked = ranked_candidates(pool, target)[:MAX_FINISH]
+        ranked = list(dict.fromkeys([*view.finish_keys, *ranked_candidates(pool, target)]))[:MAX_FINISH]
         candidates = [(k, str(pool[k].get("label", "")), names.get(k, ""), float(pool[k].get("score", 0.0))) for k in ranked]
         round_no = int(state.get("step") or 0) + 1
         system = load_prompt("guided_system.md")
@@ -605,7 +616,7 @@ class AgentGraph:
             row["choice"] = f"pick:{first['args'].get('option')}" if first["name"] == "pick" else first["name"]
             break
         if calls is None:
-            calls = [{"name": c["name"], "args": dict(c.get("args") or {})} for c in proposal]
+            calls = [{"name": c["name"], "args": dict(c.get("args") or {}), "id": c.get("id")} for c in proposal]
             if not offline:
                 degraded.append(f"guided round {round_no}: no valid call after {row['attempts']} attempt(s); ran the "
                                 "offline planner's next action")

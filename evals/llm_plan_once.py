@@ -29,7 +29,8 @@ from agent import AgentConfig, ask
 from evals.bench import Bench, Question, load_bench
 from graphs.bundle import IndexBundle
 
-METHODS = ("plan-once", "guided", "offline")
+METHODS = ("plan-once", "guided", "offline", "offline+llm")
+"""offline+llm: the offline planner plans, the model only serves the optional stages (``stage_llm="openai"``)."""
 
 
 def pick(bench: Bench, n: int, stratify: str | None) -> list[Question]:
@@ -66,6 +67,10 @@ def config_for(method: str, model: str, overrides: dict[str, Any]) -> AgentConfi
         base.update(
             planner="openai", planner_mode="guided", model=model, llm_timeout_s=170.0, max_wall_s=240.0,
             llm_attempts=3,
+        )
+    if method == "offline+llm":
+        base.update(
+            stage_llm="openai", model=model, llm_timeout_s=170.0, max_wall_s=240.0, llm_attempts=3,
         )
     return AgentConfig.model_validate({**base, **overrides})
 
@@ -131,13 +136,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "degraded": sum(1 for r in mine if r["degraded"]),
             "over_3_min": sum(1 for r in mine if r["wall_s"] > 180),
             "over_4_min": sum(1 for r in mine if r["wall_s"] > 240),
-            **_token_agreement(mine),
+            **token_agreement(mine),
             **_guided_summary(mine),
         }
     return out
 
 
-def _token_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def token_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Pre-call estimates against the endpoint's reported prompt tokens, over the questions that called it."""
     called = [r for r in rows if r.get("prompt_tokens") and r.get("estimated_prompt_tokens")]
     if not called:

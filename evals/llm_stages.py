@@ -2,12 +2,16 @@
 
 Why beside ``evals.llm_plan_once``: the same question picks and plan-once settings, but each row keeps
 what the generic eval ``Retrieval`` drops -- the constraint extraction (valid first try? repaired?),
-the relaxation steps, the rerank outcome (calls, order changed, notes) and LLM calls / prompt tokens /
-time per stage -- next to the offline planner with constraints from its plan on the same questions.
+the relaxation steps, the rerank outcome (calls, valid replies, order changed, notes), Hit@1/Hit@5 of
+the seed order before each stage and after, and LLM calls / prompt tokens / time per stage -- next to
+the offline planner with constraints from its plan on the same questions. The default LLM method is
+``offline+llm`` (the offline planner plans, the model serves only the stages: ``stage_llm="openai"``),
+so a measurement pays the stages' calls and no plan call; ``--method plan-once`` plans with the model too.
 The model is whatever OPENAI_BASE_URL / OPENAI_API_KEY point at (a measuring instrument only)::
 
     python -m evals.llm_stages --bench FILE.csv --index-dir .skb/hpo --n 10 --model local \
-        --out evals/reports/llm-stages/hpo [--stratify target_type] [--set rerank_top=5]
+        --out evals/reports/llm-stages/hpo [--stratify target_type] [--set rerank_top=5] \
+        [--set constraints=false --set 'rerank="pairwise"']
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from agent import AgentConfig, ask
 from evals.bench import Question, load_bench
-from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments
+from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments, token_agreement
 from graphs.bundle import IndexBundle
 
 STAGES = ("plan", "act", "constraints", "rerank")
@@ -46,6 +50,7 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
         "wall_s": round(wall, 2),
         "llm_calls": result.llm_calls,
         "prompt_tokens": result.prompt_tokens,
+        "estimated_prompt_tokens": sum(u.estimated_prompt_tokens for u in result.usage_by_stage.values()),
         "usage": {k: v.model_dump() for k, v in result.usage_by_stage.items()},
         "ms": {k: result.timings_ms.get(k) for k in (*STAGES, "total") if k in result.timings_ms},
         "constraints": {
@@ -53,16 +58,36 @@ def run_one(bundle: IndexBundle, question: Question, cfg: AgentConfig, method: s
             "valid_first_try": extraction.get("valid_first_try"),
             "valid": extraction.get("valid"),
             "repaired": extraction.get("repaired"),
+            "errors": extraction.get("errors"),
+            "loosened": extraction.get("loosened"),
             "n": len(constraints.get("constraints") or []),
             "relaxations": max(0, len(constraints.get("relaxations") or []) - 1),
             "front": constraints.get("front"),
             "skipped": constraints.get("skipped"),
         },
-        "rerank": {k: rerank.get(k) for k in ("mode", "calls", "changed", "notes")},
+        "rerank": {k: rerank.get(k) for k in ("mode", "calls", "valid_calls", "changed", "notes")},
+        "hits": _hits_by_stage(keys, constraints, rerank, answers),
         "plan_valid": (result.plan or {}).get("valid"),
         "stopped_by_budget": result.stopped_by_budget,
         "degraded": result.degraded,
     }
+
+
+def _hits_by_stage(
+    final: Sequence[str], constraints: dict[str, Any], rerank: dict[str, Any], answers: set[str]
+) -> dict[str, list[bool]]:
+    """Hit@1 / Hit@5 of the seed order each stage found (its report's ``before``) and of the final
+    context: ``{"before_constraints": [hit1, hit5], "before_rerank": ..., "final": ...}``."""
+    def hits(keys: Sequence[str]) -> list[bool]:
+        return [bool(keys) and keys[0] in answers, bool(set(keys[:5]) & answers)]
+
+    out: dict[str, list[bool]] = {}
+    if constraints.get("before") is not None:
+        out["before_constraints"] = hits(constraints["before"])
+    if rerank.get("before") is not None:
+        out["before_rerank"] = hits(rerank["before"])
+    out["final"] = hits(final)
+    return out
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -96,10 +121,18 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "constraints_valid_after_repair": sum(1 for c in llm if c["valid"]),
             "constraints_used": sum(1 for r in mine if r["constraints"]["n"]),
             "relaxations_mean": statistics.fmean(r["constraints"]["relaxations"] for r in mine),
+            "rerank_calls": sum(r["rerank"].get("calls") or 0 for r in mine),
+            "rerank_valid_calls": sum(r["rerank"].get("valid_calls") or 0 for r in mine),
+            "hits_by_stage": {
+                stage: [sum(1 for r in have if r["hits"][stage][i]) / len(have) for i in (0, 1)] + [len(have)]
+                for stage in ("before_constraints", "before_rerank", "final")
+                if (have := [r for r in mine if stage in r.get("hits", {})])
+            },
             "rerank_changed": sum(1 for r in mine if r["rerank"].get("changed")),
             "rerank_with_notes": sum(1 for r in mine if r["rerank"].get("notes")),
             "budget_stops": sum(1 for r in mine if r["stopped_by_budget"]),
             "per_stage": per_stage,
+            **token_agreement(mine),
         }
     return out
 
@@ -113,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = pick(load_bench(args.bench), args.n, args.stratify)
     # the offline planner has no model to rerank with: the stage would only note that
     configs = [(method, config_for(method, args.model, {**overrides, "rerank": "none"} if method == "offline"
-                                   else overrides)) for method in args.method or ["plan-once", "offline"]]
+                                   else overrides)) for method in args.method or ["offline+llm", "offline"]]
     rows = run_rows(
         args.out, args.index_dir, questions[: args.run_first], configs, run_one,
         lambda row: (f"hit1={row['hit1']} calls={row['llm_calls']} prompt={row['prompt_tokens']} "

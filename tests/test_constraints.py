@@ -150,6 +150,25 @@ def test_schema_validation_names_the_valid_choices(recipes: IndexBundle) -> None
     assert validate_spec(ConstraintSpec(target_type="Dish"), schema)[0].startswith("target_type 'Dish'")
 
 
+def test_a_relation_that_exists_but_misses_the_answer_type_means_any_relation(recipes: IndexBundle) -> None:
+    """A small model writes a real relation of the entity's own label (USES, Recipe->Ingredient) for a
+    constraint on another answer type (Cuisine): the triplet is kept with any relation and the fix named;
+    a relation the graph lacks stays an error for the repair round."""
+    from agent.stages.constraints import loosen_relations
+
+    schema = recipes.schema()
+    spec = ConstraintSpec.model_validate({"target_type": "Cuisine", "triplets": [
+        {"entity": "Garlic", "relation": "USES", "direction": "out"},
+        {"entity": "Pizza", "relation": "FROM_CUISINE", "direction": "in"},
+        {"entity": "Basil", "relation": "CONTAINS"}]})
+    fixes = loosen_relations(spec, schema)
+    assert fixes == ["triplets.0.relation 'USES' does not touch Cuisine: any relation"]
+    assert (spec.triplets[0].relation, spec.triplets[0].direction) == (None, "any")
+    assert (spec.triplets[1].relation, spec.triplets[1].direction) == ("FROM_CUISINE", "in")
+    errors = validate_spec(spec, schema)
+    assert len(errors) == 1 and "'CONTAINS'" in errors[0]
+
+
 def tool_reply(args: dict[str, Any], tokens: tuple[int, int] = (300, 40)) -> AIMessage:
     return AIMessage(
         content="",

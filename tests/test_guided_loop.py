@@ -212,3 +212,23 @@ def test_menu_mode_refuses_a_tool_it_did_not_offer(openai_stub: Stub, recipes: I
     result = ask(QUESTION, bundle=recipes, config=config(openai_stub, max_rounds=1))
     row = (result.guided or [])[0]
     assert row["attempts"] == 2 and row["valid"] and row["choice"] == "pick:1"
+
+
+def test_the_menu_keeps_the_planner_ids_and_its_finish_order(recipes: IndexBundle) -> None:
+    """A picked option runs under the offline planner's own call ids (its next turn reads a path walk's
+    results by id: under other ids they went unread and it searched again), and the planner's finish
+    ranks the candidates it names first, whatever their pool scores."""
+    from agent.planning.guided import menu_options, round_view
+    from tools.common import schema_of
+
+    walk = [{"name": "cypher", "args": {"query": "MATCH (n) RETURN n.key AS key"}, "id": "walk_0"},
+            {"name": "cypher", "args": {"query": "MATCH (m) RETURN m.key AS key"}, "id": "walk_1"}]
+    options = menu_options(walk, ["R1"])
+    assert [[c["id"] for c in o if "id" in c] for o in options] == [["walk_0", "walk_1"], ["walk_0"], ["walk_1"], []]
+    pool = {k: {"label": "Recipe", "score": s} for k, s in (("R1", 1.0), ("R2", 0.9), ("R3", 0.1))}
+    finish = [{"name": "finish", "args": {"keys": ["R3", "R2"], "scores": [1.0, 0.5]}, "id": "walk_finish"}]
+    view = round_view(schema_of(recipes), [], pool, "Recipe", finish)
+    assert view.finish_keys == ["R3", "R2", "R1"]
+    assert view.menu[0] == [finish[0]]
+    plain = round_view(schema_of(recipes), [], pool, "Recipe", [])
+    assert plain.finish_keys == ["R1", "R2", "R3"]

@@ -93,6 +93,29 @@ def test_malformed_output_keeps_the_original_order_with_a_note(
     assert any(note in n for n in outcome.notes), outcome.notes
 
 
+@pytest.mark.parametrize(("mode", "reply"), [
+    ("listwise", call("order_candidates", {"order": [1, 2, 3, 4]})),
+    ("pointwise", call("score_candidate", {"score": 5})),
+    ("pairwise", call("choose_candidate", {"better": "A"})),
+])
+def test_every_prompt_fits_its_budget_in_real_tokens(mode: Any, reply: AIMessage) -> None:
+    """Long candidate texts (JSON-dense, where characters / 4 undercounts) are cut so that each prompt
+    stays within the budget as the real tokenizer counts it, and the budget is used, not wasted."""
+    from graphs.tokens import count_tokens
+
+    dense = '{"id": "X:0001", "values": [1, 2, 3], "note": "é∂ƒ"} ' * 200
+    long = [Candidate(key=k, label="Item", name=f"name {k}", text=dense) for k in "ABCD"]
+    model = ScriptedChatModel([reply] * 4)
+    bind = bind_for(model, "tool")
+    budget = 600
+    rerank(mode, "which one?", long, lambda which: lambda h: bind(which).invoke(list(h)), budget_tokens=budget)
+    assert model.calls
+    for prompt in model.calls:
+        size = sum(count_tokens(str(m.content)) for m in prompt)
+        assert 0.8 * budget <= size <= budget, size
+        assert "\u2026" in str(prompt[-1].content)
+
+
 def test_text_mode_reads_json_from_the_reply() -> None:
     order, _, model = run("listwise", [text('```json\n{"order": [2, 1, 3, 4]}\n```')], structured="text")
     assert order == ["B", "A", "C", "D"] and model.bound_tools == []
@@ -206,6 +229,45 @@ def test_plan_once_constraints_and_listwise_over_http(openai_stub: Any, hpo_bund
     assert result.rerank is not None and result.rerank["calls"] == 1
     order = result.rerank["order"]
     assert [i.key for i in result.context[:3]] == order and len(order) == 3
+
+
+def test_offline_plan_with_the_llm_only_in_the_stages_over_http(openai_stub: Any, hpo_bundle: Any) -> None:
+    """stage_llm="openai": the offline planner plans (no plan call), the configured OpenAI-compatible model
+    extracts the constraints and reranks; only those two calls reach the endpoint and the result counts
+    exactly them; each stage's report keeps the seed order it found (``before``)."""
+    import json
+
+    from tests.openai_stub import completion
+
+    constraints = {"target_type": "Disease", "triplets": [
+        {"entity": "craniosynostosis", "relation": "HAS_PHENOTYPE", "direction": "out", "confidence": 0.9},
+        {"entity": "cutaneous syndactyly of toes", "relation": "HAS_PHENOTYPE", "direction": "out",
+         "confidence": 0.8}]}
+
+    def reverse(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        numbers = [int(n) for n in __import__("re").findall(r"^\[(\d+)\]", body["messages"][-1]["content"], 8)]
+        return completion(calls=[("order_candidates", json.dumps({"order": list(reversed(numbers))}))], tokens=300)
+
+    openai_stub.replies = [completion(calls=[("submit_constraints", json.dumps(constraints))], tokens=250), reverse]
+    question = "Which disease has craniosynostosis and cutaneous syndactyly of toes?"
+    settings = {"policy": "never", "k": 4, "rerank_top": 3, "constraints": True, "rerank": "listwise",
+                "model": "stub", "base_url": openai_stub.url, "llm_backoff_initial_s": 0.01}
+    result = ask(question, bundle=hpo_bundle, config=AgentConfig(stage_llm="openai", **settings))
+    tools = [r["body"]["tool_choice"]["function"]["name"] for r in openai_stub.requests]
+    assert tools == ["submit_constraints", "order_candidates"], result.degraded
+    assert result.plan is None and "plan" not in result.usage_by_stage
+    assert (result.llm_calls, result.prompt_tokens) == (2, 550)
+    assert result.constraints is not None and result.constraints["source"] == "llm"
+    assert result.rerank is not None and result.rerank["valid_calls"] == 1
+    before = result.rerank["before"]
+    assert len(before) == 3 and result.rerank["order"] == list(reversed(before))
+    assert [i.key for i in result.context[:3]] == result.rerank["order"]
+    assert result.constraints["before"] and set(result.constraints["before"]) <= {
+        k for k in hpo_bundle.skb.nodes if hpo_bundle.skb.nodes[k].label == "Disease"}
+    # the default (the planner's model): the offline planner has none, the endpoint is not called
+    plain = ask(question, bundle=hpo_bundle, config=AgentConfig(**settings))
+    assert len(openai_stub.requests) == 2 and plain.llm_calls == 0
+    assert plain.rerank is not None and "needs an LLM" in plain.rerank["notes"][0]
 
 
 def test_a_model_that_failed_for_good_is_not_asked_again(hpo_bundle: Any) -> None:

@@ -91,3 +91,12 @@ def test_the_offline_planner_counts_no_prompt(hpo_bundle: object, monkeypatch: p
     monkeypatch.setattr(llm, "prompt_tokens", refuse)
     result = ask("Which disease has brachydactyly and syndactyly?", bundle=hpo_bundle, config=AgentConfig())
     assert result.context and result.llm_calls == 0
+
+
+def test_each_digit_counts_as_a_token() -> None:
+    """Most open models' tokenizers split numbers into digits; WordPiece keeps known numbers whole, which
+    made key- and year-heavy prompts look cheaper than the endpoint counted them."""
+    assert raw_count("1971") == 4
+    assert raw_count("released in 1971") == raw_count("released in") + 4
+    assert raw_count("K:0001250") >= 7 + raw_count("K:")
+    assert count_tokens_many(["2003", "x 12"]) == [4, raw_count("x") + 2]

@@ -111,7 +111,10 @@ def round_view(
             break
         labels_of.setdefault(key, str(candidates[key].get("label", "")))
     keys = list(labels_of)
-    finish_keys = [k for k in ranked if target is None or candidates[k].get("label") == target][:MAX_FINISH]
+    # the planner's own finish first (a path walk ranks the ends of its walks; the pool's scores tie them)
+    proposed = [str(k) for c in proposal if c.get("name") == "finish" for k in (c.get("args") or {}).get("keys") or []]
+    typed = [k for k in ranked if target is None or candidates[k].get("label") == target]
+    finish_keys = list(dict.fromkeys(k for k in [*proposed, *typed] if k in candidates))[:MAX_FINISH]
     menu = menu_options(proposal, finish_keys)
     key_labels = sorted(set(labels_of.values()))
     return RoundView(
@@ -128,8 +131,11 @@ def round_view(
 
 def menu_options(proposal: Sequence[Mapping[str, Any]], finish_keys: Sequence[str]) -> list[list[dict[str, Any]]]:
     """The offline planner's turn as options: the whole turn first, then each of its calls alone, then
-    ``finish`` with the candidates (when the turn does not already finish)."""
-    calls = [{"name": str(c["name"]), "args": dict(c.get("args") or {})} for c in proposal]
+    ``finish`` with the candidates (when the turn does not already finish). The calls keep the planner's
+    ids: its next turn reads their results by id (a path walk finishes with the ends of its walks; run
+    under other ids, the walk's results went unread and the planner searched again instead)."""
+    calls = [{"name": str(c["name"]), "args": dict(c.get("args") or {}), **({"id": str(c["id"])} if c.get("id") else {})}
+             for c in proposal]
     options: list[list[dict[str, Any]]] = []
     if calls:
         options.append(calls)

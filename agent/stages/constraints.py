@@ -116,6 +116,25 @@ def validate_spec(spec: ConstraintSpec, schema: GraphSchema) -> list[str]:
     return errors
 
 
+def loosen_relations(spec: ConstraintSpec, schema: GraphSchema) -> list[str]:
+    """Set to null (any relation) each triplet relation that exists but does not touch the answer type,
+    and say which. Measured on the local 1.5B model: it named the entity right and wrote a relation of
+    the entity's own label (``IS_A`` between two terms) for a constraint on the answer, in 3 of 3 first
+    extractions on HPO; the whole extraction was then invalid and one repair fixed it once. The entity
+    and the direction still hold; "linked to it by some relation" is what such a triplet can mean."""
+    if spec.target_type not in schema.label_names():
+        return []
+    names = {r.rel for r in schema.relations}
+    touching = {r.rel for r in schema.relations if spec.target_type in (r.src_label, r.dst_label)}
+    fixes: list[str] = []
+    for i, triplet in enumerate(spec.triplets):
+        if triplet.relation in names and triplet.relation not in touching:
+            fixes.append(f"triplets.{i}.relation {triplet.relation!r} does not touch {spec.target_type}: any relation")
+            triplet.relation = None
+            triplet.direction = "any"
+    return fixes
+
+
 # -- grounded constraints --------------------------------------------------------------------------
 @dataclass
 class Constraint:
@@ -238,16 +257,25 @@ def extract_constraints(
     spec (None when it stayed invalid) and the structured-output report."""
     messages = constraint_messages(question, schema, linked, budget_tokens, structured)
     bound = bind_structured(model, ConstraintSpec, CONSTRAINT_TOOL, "Submit the constraints.", structured)
+    loosened: list[str] = []
+
+    def validate(spec: ConstraintSpec) -> list[str]:
+        loosened.extend(loosen_relations(spec, schema))
+        return validate_spec(spec, schema)
+
     outcome = structured_call(
         lambda history: call(bound, history),
         messages,
         ConstraintSpec,
         tool_name=CONSTRAINT_TOOL,
         mode=structured,
-        validate=lambda spec: validate_spec(spec, schema),
+        validate=validate,
         max_repairs=repairs,
     )
-    return outcome.value, outcome.report()
+    report = outcome.report()
+    if loosened:
+        report["loosened"] = loosened
+    return outcome.value, report
 
 
 # -- grounding, joining and relaxing -------------------------------------------------------------

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 Next = Literal["constrain", "rerank", "expand"]
 
+REPORTED_KEYS = 10
+"""Seed keys a stage report lists as it found them (``before``): enough for Hit@1/Hit@5 before and after."""
+
 
 def next_stage(cfg: AgentConfig, after: str | None = None) -> Next:
     """The node after the seed list is ready (``after`` None) or after ``constrain``."""
@@ -61,7 +64,7 @@ def _llm_available(graph: AgentGraph, cfg: AgentConfig, state: AgentState) -> bo
     which has not failed for good this run (the planner then went offline; plan-once mode runs the
     offline executor by design, so there that flag says nothing about the model)."""
     failed = bool(state.get("planner_offline")) and cfg.planner_mode != "plan-once"
-    return graph.counts_llm(cfg) and not state.get("budget_stop") and not failed
+    return graph.stage_counts_llm(cfg) and not state.get("budget_stop") and not failed
 
 
 def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
@@ -72,7 +75,8 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
     schema = schema_of(graph.bundle)
     usage = Usage()
     degraded: list[str] = []
-    report: dict[str, Any] = {}
+    # the top seeds as the stage found them: what a report of the stage's effect compares against
+    report: dict[str, Any] = {"before": [str(s["key"]) for s in (state.get("seeds") or [])[:REPORTED_KEYS]]}
     spec = None
     anchors: dict[str, list[str]] = {}
     if _llm_available(graph, cfg, state):
@@ -83,7 +87,7 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
 
         try:
             spec, extraction = extract_constraints(
-                graph.model(cfg),
+                graph.stage_model(cfg),
                 question,
                 schema,
                 linked,
@@ -202,13 +206,14 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
     mode = cfg.rerank
     seeds = list(state.get("seeds") or [])
     top = seeds[: cfg.rerank_top]
-    report: dict[str, Any] = {"mode": mode, "candidates": len(top), "calls": 0, "changed": False, "notes": []}
+    report: dict[str, Any] = {"mode": mode, "candidates": len(top), "calls": 0, "changed": False, "notes": [],
+                              "before": [str(s["key"]) for s in top]}
     update: dict[str, Any] = {"rerank_report": report}
     if mode == "none" or len(top) < 2:
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
     if not _llm_available(graph, cfg, state):
-        report["notes"].append("rerank needs an LLM (planner openai or a chat model) that has budget left and has not failed this run; skipped")
+        report["notes"].append("rerank needs an LLM (planner openai, stage_llm openai or a chat model) that has budget left and has not failed this run; skipped")
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
     skb = graph.bundle.skb
@@ -219,7 +224,7 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
     ]
     usage = Usage()
     budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
-    bind = bind_for(graph.model(cfg), cfg.structured_output)
+    bind = bind_for(graph.stage_model(cfg), cfg.structured_output)
 
     def invoke_for(which: Any) -> Any:
         bound = bind(which)

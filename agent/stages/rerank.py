@@ -15,8 +15,10 @@ Tolerance: a reply that cannot be read never loses candidates or invents order.
   original order;
 - pairwise: an unreadable comparison means "no swap".
 Each reply is read as the forced tool call first, then as near-JSON text, then by a lenient
-pattern (numbers in order; a lone A/B). Every prompt has a token budget: candidate texts are cut
-to share ``rerank_prompt_tokens`` (chars/4).
+pattern (numbers in order; a lone A/B). Every prompt has a token budget in real tokens
+(``graphs.tokens``, as the constraint prompt): what is left of ``rerank_prompt_tokens`` after the
+instructions, the question and the candidates' names is shared by their texts, each cut to its share
+(characters / 4 undercounted JSON-dense and non-English text by up to 2x on the local model).
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from pydantic import BaseModel, Field
 
 from agent.planning.structured import bind_structured, read_structured
 from graphs.text_safety import quoted
+from graphs.tokens import count_tokens
 from prompts import render_prompt
 
 RerankMode = Literal["pointwise", "listwise", "pairwise"]
-#: Shortest candidate text shown, whatever the budget (a name and a little context).
-MIN_CANDIDATE_CHARS = 80
+#: Fewest tokens of a candidate's text shown, whatever the budget (a little context beside its name).
+MIN_CANDIDATE_TOKENS = 20
+#: Tokens a candidate's line costs beyond its header and text (numbering, quotes, newline).
+LINE_TOKENS = 6
 
 
 class PointScore(BaseModel):
@@ -71,6 +76,9 @@ class RerankOutcome:
 
     order: list[int]
     calls: int = 0
+    valid_calls: int = 0
+    """Calls whose reply was usable as it stood (a score; a list of known, distinct numbers; A or B):
+    the measure of how well a model answers the mode's question."""
     notes: list[str] = field(default_factory=list)
     changed: bool = False
 
@@ -79,6 +87,7 @@ class RerankOutcome:
             "mode": mode,
             "candidates": len(keys),
             "calls": self.calls,
+            "valid_calls": self.valid_calls,
             "changed": self.changed,
             "order": [keys[i] for i in self.order],
             "notes": list(self.notes),
@@ -88,21 +97,40 @@ class RerankOutcome:
 Invoke = Callable[[Sequence[BaseMessage]], AIMessage]
 
 
-def _fit(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[: max(1, chars - 1)] + "\u2026"
+def _fit(text: str, tokens: int) -> str:
+    """``text`` as quoted data (``quoted``: escapes cost tokens too), cut to its longest prefix (with an
+    ellipsis) whose quoted form is at most ``tokens`` real tokens."""
+    whole = quoted(text)
+    if count_tokens(whole) <= tokens:
+        return whole
+    lo, hi = 1, len(text)  # bisection on the cut: counts grow with the prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(quoted(text[:mid] + "\u2026")) <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return quoted(text[:lo] + "\u2026")
 
 
-def _render(candidate: Candidate, chars: int) -> str:
-    return f"{quoted(candidate.name)} ({candidate.label}): {quoted(_fit(candidate.text, chars))}"
+def _header(candidate: Candidate) -> str:
+    return f"{quoted(candidate.name)} ({candidate.label}): "
+
+
+def _render(candidate: Candidate, tokens: int) -> str:
+    return _header(candidate) + _fit(candidate.text, tokens)
+
+
+def _text_share(budget: int, fixed: str, shown: Sequence[Candidate]) -> int:
+    """Tokens each shown candidate's text may take: the budget less the fixed text (instructions,
+    question) and the candidates' headers, shared evenly."""
+    spent = count_tokens(fixed) + sum(count_tokens(_header(c)) + LINE_TOKENS for c in shown)
+    return max(MIN_CANDIDATE_TOKENS, (budget - spent) // max(1, len(shown)))
 
 
 def _answer_line(mode: RerankMode, structured: str) -> str:
     tool, _, _ = TOOLS[mode]
     return f"Call `{tool}`." if structured == "tool" else "Answer with one JSON object only."
-
-
-def _per_candidate_chars(budget_tokens: int, fixed_chars: int, n: int) -> int:
-    return max(MIN_CANDIDATE_CHARS, (budget_tokens * 4 - fixed_chars) // max(1, n))
 
 
 def _read(reply: AIMessage, mode: RerankMode) -> BaseModel | None:
@@ -156,13 +184,14 @@ def rerank(
 def _pointwise(
     question: str, candidates: Sequence[Candidate], invoke: Invoke, system: str, budget: int, out: RerankOutcome
 ) -> None:
-    chars = _per_candidate_chars(budget, len(system) + len(question) + 80, 1)
     scores: list[float | None] = []
     for candidate in candidates:
-        human = f"Question: {quoted(question)}\nCandidate: {_render(candidate, chars)}"
+        share = _text_share(budget, f"{system}\nQuestion: {quoted(question)}\nCandidate: ", [candidate])
+        human = f"Question: {quoted(question)}\nCandidate: {_render(candidate, share)}"
         reply = invoke([SystemMessage(system), HumanMessage(human)])
         out.calls += 1
         value = _read(reply, "pointwise")
+        out.valid_calls += isinstance(value, PointScore)
         scores.append(value.score if isinstance(value, PointScore) else None)
     bad = [candidates[i].key for i, s in enumerate(scores) if s is None]
     if bad:
@@ -175,8 +204,8 @@ def _listwise(
     question: str, candidates: Sequence[Candidate], invoke: Invoke, system: str, budget: int, out: RerankOutcome
 ) -> None:
     n = len(candidates)
-    chars = _per_candidate_chars(budget, len(system) + len(question) + 40 * n, n)
-    lines = "\n".join(f"[{i}] {_render(c, chars)}" for i, c in enumerate(candidates, 1))
+    share = _text_share(budget, f"{system}\nQuestion: {quoted(question)}\nCandidates:\n", candidates)
+    lines = "\n".join(f"[{i}] {_render(c, share)}" for i, c in enumerate(candidates, 1))
     reply = invoke([SystemMessage(system), HumanMessage(f"Question: {quoted(question)}\nCandidates:\n{lines}")])
     out.calls += 1
     value = _read(reply, "listwise")
@@ -196,6 +225,7 @@ def _listwise(
     missing = [i for i in range(n) if i not in ranked]
     if ignored:
         out.notes.append(f"listwise: ignored unknown or repeated numbers {ignored[:20]}")
+    out.valid_calls += not ignored
     if missing:
         out.notes.append(f"listwise: {len(missing)} candidate(s) not ranked by the model kept their order after the ranked")
     out.order = ranked + missing
@@ -210,22 +240,22 @@ def _pairwise(
     passes: int,
     out: RerankOutcome,
 ) -> None:
-    chars = _per_candidate_chars(budget, len(system) + len(question) + 80, 2)
+    fixed = f"{system}\nQuestion: {quoted(question)}\nA: \nB: "
     order = list(range(len(candidates)))
     unreadable = 0
     for _ in range(passes):
         swapped = False
         for i in range(len(order) - 2, -1, -1):  # bottom-up: the best climbs to the top in one pass
             a, b = candidates[order[i]], candidates[order[i + 1]]
-            human = (
-                f"Question: {quoted(question)}\nA: {_render(a, chars)}\nB: {_render(b, chars)}"
-            )
+            share = _text_share(budget, fixed, [a, b])
+            human = f"Question: {quoted(question)}\nA: {_render(a, share)}\nB: {_render(b, share)}"
             reply = invoke([SystemMessage(system), HumanMessage(human)])
             out.calls += 1
             value = _read(reply, "pairwise")
             if not isinstance(value, PairChoice):
                 unreadable += 1
                 continue
+            out.valid_calls += 1
             if value.better == "B":
                 order[i], order[i + 1] = order[i + 1], order[i]
                 swapped = True
