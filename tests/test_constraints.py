@@ -169,6 +169,20 @@ def test_a_relation_that_exists_but_misses_the_answer_type_means_any_relation(re
     assert len(errors) == 1 and "'CONTAINS'" in errors[0]
 
 
+def test_constraints_past_the_cap_are_dropped_not_the_extraction(recipes: IndexBundle) -> None:
+    """One constraint too many refused the whole extraction and the small model's repair repeated it: the
+    first MAX_CONSTRAINTS are kept (triplets first, in the question's order) and the drop is named."""
+    from agent.stages.constraints import MAX_CONSTRAINTS, trim_constraints
+
+    triplets = [{"entity": "Pizza", "relation": "FROM_CUISINE", "direction": "in"}] * 6
+    attributes = [{"property": "minutes", "op": "<", "value": m} for m in range(30, 34)]
+    spec = ConstraintSpec.model_validate({"target_type": "Cuisine", "triplets": triplets, "attributes": attributes})
+    assert any("at most" in e for e in validate_spec(spec, recipes.schema()))
+    assert trim_constraints(spec) == [f"2 constraint(s) past the first {MAX_CONSTRAINTS} dropped"]
+    assert len(spec.triplets) == 6 and [a.value for a in spec.attributes] == [30, 31]
+    assert trim_constraints(spec) == []  # within the cap: nothing to do
+
+
 def tool_reply(args: dict[str, Any], tokens: tuple[int, int] = (300, 40)) -> AIMessage:
     return AIMessage(
         content="",

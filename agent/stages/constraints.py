@@ -135,6 +135,20 @@ def loosen_relations(spec: ConstraintSpec, schema: GraphSchema) -> list[str]:
     return fixes
 
 
+def trim_constraints(spec: ConstraintSpec) -> list[str]:
+    """Keep the first ``MAX_CONSTRAINTS`` constraints, triplets first, and say what was dropped. Measured on
+    the local 1.5B model: an extraction with one constraint too many was refused whole, and the repair
+    sent the same list again; the first ones are the question's own order of mention (the relaxation
+    would drop the later ones first anyway)."""
+    room = MAX_CONSTRAINTS - len(spec.triplets)
+    if room >= len(spec.attributes):
+        return []
+    dropped = len(spec.attributes) - max(0, room)
+    spec.triplets = spec.triplets[:MAX_CONSTRAINTS]
+    spec.attributes = spec.attributes[: max(0, room)]
+    return [f"{dropped} constraint(s) past the first {MAX_CONSTRAINTS} dropped"]
+
+
 # -- grounded constraints --------------------------------------------------------------------------
 @dataclass
 class Constraint:
@@ -261,6 +275,7 @@ def extract_constraints(
 
     def validate(spec: ConstraintSpec) -> list[str]:
         loosened.extend(loosen_relations(spec, schema))
+        loosened.extend(trim_constraints(spec))
         return validate_spec(spec, schema)
 
     outcome = structured_call(
