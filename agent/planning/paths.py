@@ -37,7 +37,6 @@ from typing import Any, Literal
 import numpy as np
 
 from agent.linking.lexicon import FRAME_WORDS
-from graphs.skb.compact import CompactSKB
 from graphs.skb.language import (
     CATEGORY_WORDS,
     FUNCTION_WORDS,
@@ -152,21 +151,9 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
     numbers, the one whose other ends are shared by the most nodes on average (at least
     ``CLASSIFIER_MIN_SHARE``).
     """
-    if isinstance(skb, CompactSKB):  # the stored arrays: no node or edge objects built
-        rel_names, rel_ids, src, dst = skb.edge_arrays()
-        label_names, node_label = skb.label_ids()
-        keys = skb.node_keys()
-    else:
-        keys = list(skb.nodes)
-        index = {k: i for i, k in enumerate(keys)}
-        label_names = sorted({n.label for n in skb.nodes.values()})
-        label_index = {lab: i for i, lab in enumerate(label_names)}
-        node_label = np.array([label_index[skb.nodes[k].label] for k in keys], dtype=np.int64)
-        rel_names = sorted({e.rel for e in skb.edges})
-        rel_index = {r: i for i, r in enumerate(rel_names)}
-        rel_ids = np.array([rel_index[e.rel] for e in skb.edges], dtype=np.int64)
-        src = np.array([index[e.src] for e in skb.edges], dtype=np.int64)
-        dst = np.array([index[e.dst] for e in skb.edges], dtype=np.int64)
+    rel_names, rel_ids, src, dst = skb.edge_arrays()
+    label_names, node_label = skb.label_ids()
+    keys = skb.node_keys()
     label_sizes = np.bincount(node_label, minlength=len(label_names))
     label_of = {lab: i for i, lab in enumerate(label_names)}
     best: dict[str, tuple[float, str, Direction]] = {}
@@ -195,17 +182,12 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
 def temporal_labels(skb: SKB, sample: int = 50) -> list[str]:
     """Labels at least 80 % of whose sampled node names are a year (1000-2999) or a date (``1994``, ``2003-07-14``,
     ``07/14/2003``): what a "when" question asks for, in a graph that may call them anything."""
-    names: dict[str, list[str]] = {}
-    if isinstance(skb, CompactSKB):
-        label_names, node_label = skb.label_ids()
-        keys = skb.node_keys()
-        for i, label in enumerate(label_names):
-            names[label] = [skb.nodes[keys[int(j)]].name for j in np.flatnonzero(node_label == i)[:sample]]
-    else:
-        for node in skb.nodes.values():
-            bucket = names.setdefault(node.label, [])
-            if len(bucket) < sample:
-                bucket.append(node.name)
+    label_names, node_label = skb.label_ids()
+    keys = skb.node_keys()
+    names = {
+        label: [skb.nodes[keys[int(j)]].name for j in np.flatnonzero(node_label == i)[:sample]]
+        for i, label in enumerate(label_names)
+    }
     return sorted(
         label for label, values in names.items()
         if values and sum(_DATE.fullmatch(v.strip()) is not None for v in values) >= 0.8 * len(values)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from graphs.errors import LoaderError
@@ -315,6 +316,30 @@ class SKB:
                         continue
                 count += 1
         return count
+
+    # -- arrays for vectorised consumers (a memory-mapped SKB stores them; this builds them per call) ----
+    def node_keys(self) -> list[str]:
+        """Node keys in node order (the order of ``label_ids`` and ``edge_arrays``)."""
+        return list(self.nodes)
+
+    def label_ids(self) -> tuple[list[str], np.ndarray]:
+        """Label names and the label id of every node (in node order)."""
+        labels = sorted({node.label for node in self.nodes.values()} | set(self.node_types))
+        index = {label: i for i, label in enumerate(labels)}
+        return labels, np.fromiter((index[n.label] for n in self.nodes.values()), dtype=np.int64, count=len(self.nodes))
+
+    def edge_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Relation names and the (rel id, src id, dst id) arrays of every edge (in edge order)."""
+        position = {key: i for i, key in enumerate(self.nodes)}
+        rels = list(dict.fromkeys(e.rel for e in self.edges))
+        rel_id = {rel: i for i, rel in enumerate(rels)}
+        n = len(self.edges)
+        return (
+            rels,
+            np.fromiter((rel_id[e.rel] for e in self.edges), dtype=np.int64, count=n),
+            np.fromiter((position[e.src] for e in self.edges), dtype=np.int64, count=n),
+            np.fromiter((position[e.dst] for e in self.edges), dtype=np.int64, count=n),
+        )
 
     def neighbor_keys(
         self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
