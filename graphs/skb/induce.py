@@ -171,11 +171,11 @@ def label_words(label: str) -> list[str]:
     for w in split_name(label):
         if w in FUNCTION_WORDS or len(w) < 2 or w.isdigit():
             continue
-        lemmas = getAllLemmas(w).get("NOUN", ())
-        if lemmas and w not in lemmas:  # a plural already (``Votes``): its singular, not a plural of a plural
-            out.extend([lemmas[0], w])
+        one = singular(w)
+        if one != w:  # a plural already (``Votes``): its singular, not a plural of a plural
+            out.extend([one, w])
             continue
-        plural = getInflection(w, tag="NNS") if lemmas else None
+        plural = getInflection(w, tag="NNS") if "NOUN" in getAllLemmas(w) else None
         out.extend([w, *(plural or [])])
     return list(dict.fromkeys(out))
 
