@@ -304,22 +304,26 @@ class AnnotationModel:
         # the concatenated row slices, without a Python loop over the targets
         offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
         flat = np.arange(int(lengths.sum()), dtype=np.int64) + offsets
-        terms, weights = by_row.indices[flat], by_row.data[flat]
-        nonempty = lengths > 0
-        heads = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
         power = self.partial_credit_power if partial_credit_power is None else partial_credit_power
+        credits = [self._ancestor_credits(term, power) for term in query_terms]
+        # only the annotations some query term reaches can score: a few hundred terms of the candidates' many
+        reach = np.zeros(len(self.terms), dtype=bool)
+        for found in credits:
+            reach[[c for c, _ in found]] = True
+        keep = np.flatnonzero(reach[by_row.indices[flat]])
+        terms, weights = by_row.indices[flat[keep]], by_row.data[flat[keep]]
+        owner = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)[keep]  # the target of each annotation
         plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
         weighted = np.zeros_like(plain)
-        for qi, term in enumerate(query_terms):
-            level = np.zeros(len(self.terms), dtype=np.float32)
-            for c, credit in self._ancestor_credits(term, power):
+        level = np.zeros(len(self.terms), dtype=np.float32)
+        for qi, found in enumerate(credits):
+            for c, credit in found:
                 level[c] = credit  # float32, as ``_best_matches`` stores it
-            if not len(terms):
-                continue
             vals = level[terms]
             wvals = np.where(vals > 0, vals * weights, np.float32(0.0)).astype(np.float32)
-            plain[qi, nonempty] = np.maximum(np.maximum.reduceat(vals, heads), 0.0)
-            weighted[qi, nonempty] = np.maximum(np.maximum.reduceat(wvals, heads), 0.0)
+            np.maximum.at(plain[qi], owner, vals)  # credits are positive: the zero start is the no-match score
+            np.maximum.at(weighted[qi], owner, wvals)
+            level[[c for c, _ in found]] = 0.0
         return plain, weighted
 
     def score_of(
