@@ -292,6 +292,18 @@ class AnnotationModel:
             credits.append((int(c), match_value(ic, own, power)))
         return credits
 
+    def _clean_groups(self, groups: Sequence[Sequence[tuple[str, float]]]) -> list[list[tuple[int, float]]]:
+        """Each feature's candidates as (term id, weight), unknown terms and non-positive weights dropped, and a
+        feature that repeats another one counted once (``score_groups`` and the candidate scoring alike)."""
+        seen: set[tuple[tuple[int, float], ...]] = set()
+        clean: list[list[tuple[int, float]]] = []
+        for group in groups:
+            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
+            if found and found not in seen:
+                seen.add(found)
+                clean.append(list(found))
+        return clean
+
     def _best_matches_of(
         self, query_terms: Sequence[int], targets: np.ndarray, partial_credit_power: float | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -392,13 +404,7 @@ class AnnotationModel:
                 agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
             agg = agg - size_penalty * log_sizes
             return agg.astype(np.float32), np.asarray((plain > 0).any(axis=0))
-        seen: set[tuple[tuple[int, float], ...]] = set()
-        clean: list[list[tuple[int, float]]] = []
-        for group in groups:
-            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
-            if found and found not in seen:
-                seen.add(found)
-                clean.append(list(found))
+        clean = self._clean_groups(groups)
         agg = np.zeros(len(rows), dtype=np.float32)
         if not clean:
             return agg, np.zeros(len(rows), dtype=bool)
@@ -483,13 +489,7 @@ class AnnotationModel:
         """
         frequency_mix = self.frequency_mix if frequency_mix is None else frequency_mix
         size_penalty = self.size_penalty if size_penalty is None else size_penalty
-        seen: set[tuple[tuple[int, float], ...]] = set()
-        clean: list[list[tuple[int, float]]] = []
-        for group in groups:
-            found = tuple(sorted({(self.term_index[k], float(w)) for k, w in group if k in self.term_index and w > 0}))
-            if found and found not in seen:
-                seen.add(found)
-                clean.append(list(found))
+        clean = self._clean_groups(groups)
         agg = np.zeros(len(self.targets), dtype=np.float32)
         if not clean:
             return agg
