@@ -322,8 +322,9 @@ class AnnotationModel:
         reach = np.zeros(len(self.terms), dtype=bool)
         for found in credits:
             reach[[c for c, _ in found]] = True
-        keep = np.flatnonzero(reach[by_row.indices[flat]])
-        terms, weights = by_row.indices[flat[keep]], by_row.data[flat[keep]]
+        terms = by_row.indices[flat]
+        keep = np.flatnonzero(reach[terms])
+        terms, weights = terms[keep], by_row.data[flat[keep]]
         owner = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)[keep]  # the target of each annotation
         plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
         weighted = np.zeros_like(plain)
