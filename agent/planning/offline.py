@@ -158,6 +158,15 @@ def feature_groups(linked: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> 
 _MODEL_WEIGHTS = ("frequency_mix", "size_penalty", "partial_credit_power")
 
 
+def _model_args(
+    features: Features | None, scoring: Mapping[str, float] | None
+) -> tuple[Features | None, dict[str, float]]:
+    """The weighted alternatives to score by (None: plain best-match scoring of the named terms suffices, every
+    feature being one term of weight 1) and the scoring overrides the model takes."""
+    weighted = features if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features) else None
+    return weighted, {k: float(v) for k, v in (scoring or {}).items() if k in _MODEL_WEIGHTS}
+
+
 def _score(
     model: AnnotationModel, keys: Sequence[str], features: Features | None, scoring: Mapping[str, float] | None = None
 ) -> np.ndarray:
@@ -165,9 +174,9 @@ def _score(
 
     ``scoring`` overrides the profile's ``frequency_mix`` / ``size_penalty`` / ``partial_credit_power``
     (AgentConfig knobs)."""
-    weights = {k: float(v) for k, v in (scoring or {}).items() if k in _MODEL_WEIGHTS}
-    if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features):
-        return model.score_groups(features, **weights)
+    groups, weights = _model_args(features, scoring)
+    if groups is not None:
+        return model.score_groups(groups, **weights)
     return model.score(keys, **weights)
 
 
@@ -179,8 +188,7 @@ def _score_of(
     scoring: Mapping[str, float] | None = None,
 ) -> tuple[np.ndarray, float]:
     """``_score`` of ``targets`` only (NaN for a non-target) and the minimum over every target."""
-    weights = {k: float(v) for k, v in (scoring or {}).items() if k in _MODEL_WEIGHTS}
-    groups = features if features and any(len(g) > 1 or g[0][1] != 1.0 for g in features) else None
+    groups, weights = _model_args(features, scoring)
     return model.score_of(keys, targets, groups, **weights)
 
 
