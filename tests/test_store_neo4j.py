@@ -211,3 +211,15 @@ def test_search_nodes_aggregation_query_runs_over_bolt(store: Neo4jStore) -> Non
     assert [r[0] for r in limited] == ["SCN1A", "CACNA1A"]
     weighted = run(store, "Gene", ["SCN1A"], None, "both", None, weight="score")
     assert [(r[0], r[4]) for r in weighted] == [("OMIM:1", 0.0)]
+
+
+def test_a_membership_check_runs_over_bolt(store: Neo4jStore) -> None:
+    """``among`` (search_nodes' membership check) over Bolt: only the listed neighbours, as in Python."""
+    from tests.test_search_aggregation import expected, normalised
+
+    rows = store.aggregate_neighbors(
+        "Phenotype", ["HP:1", "HP:2"], rel_types=["HAS_PHENOTYPE"], direction="in", target_label="Disease",
+        limit=50, among=["OMIM:2", "no-such-key"],
+    )
+    full = expected(tiny_skb(), ["HP:1", "HP:2"], ["HAS_PHENOTYPE"], "in", "Disease")
+    assert normalised(rows) == [row for row in full if row[0] == "OMIM:2"]

@@ -109,6 +109,9 @@ def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
 #: 10k-node graph: 1,860 per node, 20 s to build and 230 MB stored; quadratic in size).
 MAX_MEAN_ANCESTORS = 128
 
+#: Most targets ``AnnotationModel.score_of`` scores to find the lowest score (beyond: a bound on it).
+MAX_FLOOR_PROBE = 1024
+
 
 def closure_within(parents: Sequence[Sequence[int]], budget: int) -> bool:
     """Whether the reflexive transitive closure over ``parents`` has at most ``budget`` entries in all.
@@ -368,15 +371,31 @@ class AnnotationModel:
             return np.where(ids >= 0, full[np.maximum(ids, 0)], np.nan).astype(np.float32), float(full.min())
         order = self._size_order
         n = len(self.targets)
+        valid = ids[ids >= 0]
         probe = min(n, 64)
         while True:
-            rows = np.concatenate((ids[ids >= 0], order[:probe]))
+            rows = np.concatenate((valid, order[:probe]))
             scores, reached = self._scores_of(query_keys, groups, rows, frequency_mix, size_penalty,
                                               partial_credit_power)
-            head_reached = reached[len(rows) - probe :]
-            if not head_reached.all() or probe == n:
-                first = int(np.argmin(head_reached)) if not head_reached.all() else probe - 1
-                floor = float(scores[len(rows) - probe : len(rows) - probe + first + 1].min())
+            lowest = np.minimum.accumulate(scores[len(valid) :])
+            if not reached[len(valid) :].all():
+                # the first target no query term reaches scores the least a target of its size can
+                floor = float(lowest[int(np.argmin(reached[len(valid) :]))])
+                break
+            nxt = order[1 : probe + 1]
+            least = (np.zeros(len(nxt), dtype=np.float32) - size_penalty * self.log_sizes[nxt]).astype(np.float32)
+            # every target after position j scores at least ``least[j]``: the walk may stop at the first j
+            # where that is no lower than the lowest score so far
+            done = np.flatnonzero(least >= lowest[: len(least)])
+            if done.size:
+                floor = float(lowest[int(done[0])])
+                break
+            if probe == n:
+                floor = float(lowest[-1])
+                break
+            if probe >= MAX_FLOOR_PROBE:
+                # a bound, not the exact minimum: every later target scores at least ``least[-1]``
+                floor = float(min(lowest[-1], least[-1]))
                 break
             probe = min(n, probe * 4)
         out = np.full(len(ids), np.nan, dtype=np.float32)
@@ -394,7 +413,7 @@ class AnnotationModel:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``score`` / ``score_groups`` of the target ids ``rows`` (the same float32 operations, per element), and
         whether any query term reaches each."""
-        log_sizes = np.log1p(np.diff(self.direct.indptr).astype(np.float32))[rows]
+        log_sizes = self.log_sizes[rows]
         if groups is None:
             qids = list(dict.fromkeys(self.term_ids(query_keys)))
             if not qids:
@@ -510,8 +529,9 @@ class AnnotationModel:
             return (agg - size_penalty * self.log_sizes).astype(np.float32)
         return agg
 
-    @property
+    @cached_property
     def log_sizes(self) -> np.ndarray:
+        """``log(1 + annotations)`` per target, float32 (every scoring reads it; computed once)."""
         return np.log1p(np.diff(self.direct.indptr).astype(np.float32))
 
     def mean_annotations(self) -> float:

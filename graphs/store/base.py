@@ -101,12 +101,14 @@ class GraphStore(ABC):
         limit: int = 50,
         timeout_ms: int | None = None,
         max_edges: int | None = None,
+        among: Sequence[str] | None = None,
     ) -> list[NeighborAggregate]:
         """The one-hop neighbourhood of ``keys`` (all of ``seed_label``), one row per neighbour, aggregated,
         ordered (most edges first, then key) and limited by the server in one query.
 
         ``max_edges``: read at most that many edges (the first the server finds) and aggregate those: a
-        sample of a hub's neighbourhood at a bounded cost (None: every edge)."""
+        sample of a hub's neighbourhood at a bounded cost (None: every edge). ``among``: only the
+        neighbours with these keys (a membership check, at the cost of their edges; None: every neighbour)."""
 
     @abstractmethod
     def labels(self) -> list[str]: ...
@@ -469,6 +471,7 @@ class CypherStore(GraphStore):
         limit: int = 50,
         timeout_ms: int | None = None,
         max_edges: int | None = None,
+        among: Sequence[str] | None = None,
     ) -> list[NeighborAggregate]:
         """One aggregation query (``graphs.store.aggregate``) on the read-only path, without the guard's
         tokenizer: the text is built here from names checked against the graph (unknown ones are errors
@@ -487,11 +490,15 @@ class CypherStore(GraphStore):
         single = checked[0] if len(set(checked)) == 1 else None
         if max_edges is not None and max_edges < 1:
             raise CypherValidationError(f"max_edges must be at least 1 or None, got {max_edges}")
+        if among is not None and (isinstance(among, str) or not all(isinstance(k, str) for k in among)):
+            raise CypherValidationError("among must be a list of node keys (strings) or None")
+        if among is not None and not among:
+            return []
         cypher = aggregation_query(
             seed_label, rels, direction, target_label, weight_property, single_seed=single is not None,
-            max_edges=max_edges is not None,
+            max_edges=max_edges is not None, among=among is not None,
         )
-        params = aggregation_params(checked, rels, limit, max_edges)
+        params = aggregation_params(checked, rels, limit, max_edges, None if among is None else list(among))
         _, rows, _ = self._run_query(cypher, params, timeout, limit)
         return aggregation_rows(rows, rels, weight_property, single)
 
