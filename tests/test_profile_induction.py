@@ -330,3 +330,52 @@ def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
     assert best("[Maker 3] made which items", "Maker 3") == ["<maker"]
     assert best("the item [Item 07] was made by whom", "Item 07") == [">maker"]
     assert best("what language is the item [Item 07] in", "Item 07") == [">original language of item"]
+
+
+def _kitchen(tmp_path: Path, lower_names: bool = False) -> Path:
+    """Twenty-four dishes (titles) with a cook (a person's name), a cuisine (a class), a grade from a scale of
+    three lower-case words, and free lower-case words (``noted_as``: nothing in the name says "describes")."""
+    notes = ["spicy", "quick dinner", "vegan", "street food", "slow cooked", "smoky", "crunchy", "family meal",
+             "one pot", "fermented", "sweet and sour", "picnic"]
+    triples = []
+    for i in range(24):
+        dish = f"Dish of the House {i:02d}"
+        if lower_names:
+            dish = dish.lower()
+        triples += [
+            (dish, "cooked_by", ["Ana Sousa", "Kofi Mensah", "Yuki Tanaka", "Lars Holm"][i % 4]),
+            (dish, "cuisine", ["Thai", "Greek", "Peruvian"][i % 3]),
+            (dish, "graded", ["fine", "poor", "superb"][i % 3]),
+            (dish, "noted_as", notes[i % 12]),
+            (dish, "noted_as", notes[(i + 5) % 12]),
+        ]
+    return _write(tmp_path, triples)
+
+
+def test_a_question_naming_nothing_asks_for_the_free_words_that_describe_the_node(
+    embedder: object, tmp_path: Path
+) -> None:
+    from graphs.skb.compact import open_compact, write_compact
+
+    skb = load_triples(_kitchen(tmp_path), None)
+    write_compact(skb, tmp_path / "skb" / "compact")
+    dish = "Dish of the House 07"
+    for graph in (skb, open_compact(tmp_path / "skb")):  # in memory and from the stored arrays alike
+        planner = PathPlanner(graph, embedder)
+        # lower-case values on title-cased nodes; the widest vocabulary, not the three-word scale
+        assert {rel for rel, _ in planner.descriptors().values()} == {"noted_as"}
+
+        def best(question: str, planner: PathPlanner = planner) -> list[str]:
+            return [h.spec() for h in planner.predict(question, dish, dish, top=1)[0].path]
+
+        assert best(f"describe [{dish}]") == [">noted_as"]
+        assert best(f"which words sum up [{dish}]") == [">noted_as"]
+        assert best(f"what is [{dish}] about") == [">noted_as"]
+        # a named relation or an asked person is not read as a request for descriptions
+        assert best(f"what cuisine is [{dish}]") == [">cuisine"]
+        assert best(f"who made [{dish}]") != [">noted_as"]
+
+
+def test_a_graph_written_all_in_lower_case_has_no_descriptor(embedder: object, tmp_path: Path) -> None:
+    planner = PathPlanner(load_triples(_kitchen(tmp_path, lower_names=True), None), embedder)
+    assert planner.descriptors() == {}

@@ -71,6 +71,17 @@ MAX_WORD_VECTORS = 20_000
 CLASSIFIER_MIN_COVERAGE = 0.2
 #: ... and each of its values is shared by this many nodes on average (a class, not a property or a name).
 CLASSIFIER_MIN_SHARE = 5.0
+#: A relation describes its nodes (``descriptor_relations``) when at least this share of its sampled values is
+#: written in lower case (free words and phrases) ...
+DESCRIPTOR_MIN_LOWER = 0.8
+#: ... and at most this share of the described nodes' own names is (names, titles: written otherwise).
+DESCRIPTOR_MAX_NEAR_LOWER = 0.2
+#: ... and each value is attached to this many nodes on average (words recur; a thing's own name does not).
+DESCRIPTOR_MIN_SHARE = 2.0
+#: Values and names sampled per relation for ``descriptor_relations``.
+DESCRIPTOR_SAMPLE = 200
+#: Question words after which the asked thing is a person, a time, a place or an amount, never free words.
+_NOT_DESCRIPTIVE = frozenset({"who", "whom", "whose", "when", "where", "how"})
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,56 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
     return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
 
 
+def _lower_share(names: Sequence[str]) -> float:
+    """The share of ``names`` written in lower case with at least one letter, numbers and dates not counted."""
+    if not names:
+        return 0.0
+    lower = sum(
+        1 for v in names
+        if v == v.lower() and any(c.isalpha() for c in v) and not _NUMBER.fullmatch(v.strip())
+        and not _DATE.fullmatch(v.strip())
+    )
+    return lower / len(names)
+
+
+def descriptor_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[str, tuple[str, Direction]]:
+    """Per node label, the relation (and the direction from that label) whose values are free words describing
+    its nodes: lower-case words and phrases (``violence``, ``time travel``), each attached to several nodes,
+    attached to nodes whose own names are written otherwise (titles, proper names).
+
+    Why: "describe X", "what words describe X", "which topics is X about" name no relation and no label;
+    they ask for what describes X. In a graph that is the relation whose values are written as common words
+    rather than as names, numbers or dates; the form of the values says so whatever the relation and its
+    labels are called. Read from a sample of the names at both ends, so it holds for any labels and relation
+    names; a graph whose names are all lower case has no contrast and no descriptor.
+    """
+    rel_names, rel_ids, src, dst = skb.edge_arrays()
+    keys = skb.node_keys()
+    best: dict[str, tuple[int, str, Direction]] = {}
+    for r, rel in enumerate(rel_names):
+        if rel not in sigs:
+            continue
+        mask = rel_ids == r
+        if not mask.any():
+            continue
+        for direction, (near, far) in (("out", (src[mask], dst[mask])), ("in", (dst[mask], src[mask]))):
+            label = sigs[rel][0] if direction == "out" else sigs[rel][1]
+            values = np.unique(far)
+            if len(far) < DESCRIPTOR_MIN_SHARE * len(values):
+                continue
+            far_names = [skb.nodes[keys[int(i)]].name for i in values[:DESCRIPTOR_SAMPLE]]
+            far_lower = _lower_share(far_names)
+            if far_lower < DESCRIPTOR_MIN_LOWER:
+                continue
+            near_names = [skb.nodes[keys[int(i)]].name for i in np.unique(near)[:DESCRIPTOR_SAMPLE]]
+            if _lower_share(near_names) > DESCRIPTOR_MAX_NEAR_LOWER:
+                continue
+            # the widest vocabulary describes: a scale of a few words ("good", "bad") rates, it does not describe
+            if len(values) > best.get(label, (0, "", "out"))[0]:
+                best[label] = (len(values), rel, direction)  # type: ignore[assignment]
+    return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
+
+
 def temporal_labels(skb: SKB, sample: int = 50) -> list[str]:
     """Labels at least 80 % of whose sampled node names are a year (1000-2999) or a date (``1994``, ``2003-07-14``,
     ``07/14/2003``): what a "when" question asks for, in a graph that may call them anything."""
@@ -247,6 +308,7 @@ class PathPlanner:
         self._label_nouns = {singular(w) for spec in self.profile.labels.values() for w in spec.words}
         self._noun_labels = {singular(w): lab for lab, spec in self.profile.labels.items() for w in spec.words}
         self._classifiers: dict[str, tuple[str, Direction]] | None = None
+        self._descriptors: dict[str, tuple[str, Direction]] | None = None
         self._temporal: list[str] | None = None
         self._tail_nouns = {
             rel: {singular(w) for w in self.profile.labels[tail].words}
@@ -455,6 +517,24 @@ class PathPlanner:
                 self._classifiers = found
         return self._classifiers
 
+    def descriptors(self) -> dict[str, tuple[str, Direction]]:
+        """``descriptor_relations`` of this SKB, computed on first use (one pass over the edges)."""
+        if self._descriptors is None:
+            found = descriptor_relations(self.skb, self.sigs)
+            with self._lock:
+                self._descriptors = found
+        return self._descriptors
+
+    def descriptor_mention(self, text: str, topic_label: str | None) -> str | None:
+        """The relation a question asks for when it names none: "describe X", "what words describe X",
+        "which topics is X about" ask for what describes X, i.e. the topic label's descriptor relation
+        (``descriptor_relations``). Only for a question that names no relation and no label and whose
+        question word does not ask for a person, time, place or amount ("who stars in X")."""
+        if topic_label is None or set(_words(text)) & _NOT_DESCRIPTIVE:
+            return None
+        found = self.descriptors().get(topic_label)
+        return found[0] if found is not None else None
+
     def category_mentions(self, text: str, found: Counter[str], topic_label: str | None) -> Counter[str]:
         """Relations a category word asks for: "what *kind* of film is X", "which *types* are the films
         written by X" ask for the class of a node, i.e. its label's classifier relation (the label named
@@ -581,6 +661,10 @@ class PathPlanner:
         mentions.update(self.category_mentions(plain, mentions, topic.label if topic is not None else None))
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
+        if not mentions and not asked:
+            described = self.descriptor_mention(plain, topic.label if topic is not None else None)
+            if described is not None:
+                mentions[described] += 1
         # Each hop needs its own mention of its relation, except the second hop of a there-and-back
         # pair (">r <r": "films that *share* actors with X"), which a pivot word can stand for;
         # relations named but not on the path, and extra mentions of path relations, cost.
