@@ -80,6 +80,8 @@ DESCRIPTOR_MAX_NEAR_LOWER = 0.2
 DESCRIPTOR_MIN_SHARE = 2.0
 #: Values and names sampled per relation for ``descriptor_relations``.
 DESCRIPTOR_SAMPLE = 200
+#: A question naming no relation by its words asks for the descriptor unless a word means a relation this surely.
+DESCRIPTOR_OVER_MEANING = 0.5
 #: Question words after which the asked thing is a person, a time, a place or an amount, never free words.
 _NOT_DESCRIPTIVE = frozenset({"who", "whom", "whose", "when", "where", "how"})
 
@@ -462,12 +464,15 @@ class PathPlanner:
         )
         return asked or before_topic
 
-    def meaning_mentions(self, text: str, found: Counter[str]) -> Counter[str]:
+    def meaning_mentions(
+        self, text: str, found: Counter[str], strength: dict[str, float] | None = None
+    ) -> Counter[str]:
         """Relations named by meaning: a content word of the question that no alias, label word or frame
         word covers, whose embedding is closest to one relation's own words (at least
         ``MEANING_MIN_SIMILARITY``, ahead of the next relation by ``MEANING_MARGIN``), counts as a
         mention of it. Only relations whose words were read from their names take part: a written alias
-        list is the user's word on what names a relation."""
+        list is the user's word on what names a relation. ``strength`` receives each mentioned relation's best
+        similarity (how sure the reading is)."""
         leftover = [
             w for w in dict.fromkeys(_words(text))
             if len(w) > 2 and not w.isdigit() and root(w) not in self._alias_roots and root(w) not in self._filler
@@ -499,6 +504,8 @@ class PathPlanner:
             # a relation the question already names by a word is not named again ("release dates")
             if best >= MEANING_MIN_SIMILARITY and best - second >= MEANING_MARGIN and not found.get(rel):
                 out[rel] += 1
+                if strength is not None:
+                    strength[rel] = max(strength.get(rel, 0.0), best)
         return out
 
     def temporal_labels(self) -> list[str]:
@@ -529,11 +536,13 @@ class PathPlanner:
         """The relation a question asks for when it names none: "describe X", "what words describe X",
         "which topics is X about" ask for what describes X, i.e. the topic label's descriptor relation
         (``descriptor_relations``). Only for a question that names no relation and no label and whose
-        question word does not ask for a person, time, place or amount ("who stars in X")."""
+        question word does not ask for a person, time, place or amount ("who stars in X"), and only for a
+        relation whose words were read from its name (as ``meaning_mentions``)."""
         if topic_label is None or set(_words(text)) & _NOT_DESCRIPTIVE:
             return None
         found = self.descriptors().get(topic_label)
-        return found[0] if found is not None else None
+        # a relation with written aliases is named by them: the user has said which words ask for it
+        return found[0] if found is not None and found[0] in self._named_set else None
 
     def category_mentions(self, text: str, found: Counter[str], topic_label: str | None) -> Counter[str]:
         """Relations a category word asks for: "what *kind* of film is X", "which *types* are the films
@@ -655,16 +664,23 @@ class PathPlanner:
         masked = mask_mention(question, mention)
         plain = masked.replace("X", " ")
         mentions, pivots = self.relation_mentions(plain, len(words_of(masked.split("X", 1)[0])))
+        worded = bool(mentions)
+        strength: dict[str, float] = {}
         if self._named_only and not wording_only:
-            mentions.update(self.meaning_mentions(plain, mentions))
+            meant = self.meaning_mentions(plain, mentions, strength)
+            mentions.update(meant)
         topic = self.skb.nodes.get(key)
-        mentions.update(self.category_mentions(plain, mentions, topic.label if topic is not None else None))
+        topic_label = topic.label if topic is not None else None
+        classed = self.category_mentions(plain, mentions, topic_label)
+        mentions.update(classed)
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
-        if not mentions and not asked:
-            described = self.descriptor_mention(plain, topic.label if topic is not None else None)
+        # a question that names nothing by its words asks for what describes the topic; a single word's
+        # loose likeness to a relation ("describe" ~ a genre relation) does not outweigh the values' form
+        if not worded and not classed and not asked and max(strength.values(), default=0.0) < DESCRIPTOR_OVER_MEANING:
+            described = self.descriptor_mention(plain, topic_label)
             if described is not None:
-                mentions[described] += 1
+                mentions = Counter({described: 1})
         # Each hop needs its own mention of its relation, except the second hop of a there-and-back
         # pair (">r <r": "films that *share* actors with X"), which a pivot word can stand for;
         # relations named but not on the path, and extra mentions of path relations, cost.
