@@ -379,3 +379,20 @@ def test_a_question_naming_nothing_asks_for_the_free_words_that_describe_the_nod
 def test_a_graph_written_all_in_lower_case_has_no_descriptor(embedder: object, tmp_path: Path) -> None:
     planner = PathPlanner(load_triples(_kitchen(tmp_path, lower_names=True), None), embedder)
     assert planner.descriptors() == {}
+
+
+def test_the_word_after_of_in_a_relation_name_alone_does_not_name_the_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    # "original language of item": "item" qualifies the head noun "language"; "the items made by X" asks about
+    # items, and only "language" (with or without "item") names the relation
+    triples = []
+    for i in range(30):
+        item = f"Item {i:02d}"
+        triples += [(item, "original language of item", ["Danish", "Welsh", "Basque"][i % 3]),
+                    (item, "maker", f"Maker {i % 10}"), (item, "released", ["2019", "2021"][i % 2])]
+    planner = PathPlanner(load_triples(_write(tmp_path, triples), None), embedder)
+    assert "original language of item" not in planner.relation_mentions("the items made by X came out in which year")[0]
+    assert planner.relation_mentions("the language of the item X")[0]["original language of item"] == 1
+    best = planner.predict("the items made by [Maker 3] are in which languages", "Maker 3", "Maker 3", top=1)[0]
+    assert [h.spec() for h in best.path] == ["<maker", ">original language of item"]

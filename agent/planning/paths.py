@@ -303,6 +303,14 @@ class PathPlanner:
             or f"relations.{rel}.aliases" in self.profile.induced
         )
         self._named_set = set(self._named_only)
+        # the words after "of" in a name ("original language of *film*", "place of *birth*") qualify its head
+        # noun; alone they name the qualifier ("which films"), not the relation
+        self._qualifiers: dict[str, set[tuple[str, ...]]] = {}
+        for rel in self._named_only:
+            words = relation_words(rel)
+            if "of" in words[1:]:
+                after = words[words.index("of", 1) + 1 :]
+                self._qualifiers[rel] = {(root(w),) for w in content_words(after)}
         self._word_vecs: dict[str, np.ndarray] = {}
         self._rel_vecs: np.ndarray | None = None
         # words that carry no relation or entity: generic function words and the label words
@@ -413,6 +421,9 @@ class PathPlanner:
         counts: Counter[str] = Counter()
         for rel, found in spans.items():
             found = [span for span in found if not self._names_a_node_type(rel, words, surface, span, topic_at)]
+            qualifiers = self._qualifiers.get(rel)
+            if qualifiers and all(phrase in qualifiers for _, _, phrase in found):
+                found = []
             if not found:
                 continue
             found.sort()
