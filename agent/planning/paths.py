@@ -80,7 +80,7 @@ DESCRIPTOR_MAX_NEAR_LOWER = 0.2
 DESCRIPTOR_MIN_SHARE = 2.0
 #: Values and names sampled per relation for ``descriptor_relations``.
 DESCRIPTOR_SAMPLE = 200
-#: A question naming no relation by its words asks for the descriptor unless a word means a relation this surely.
+#: A question naming no relation by its words asks for the descriptor unless a word means the class this surely.
 DESCRIPTOR_OVER_MEANING = 0.5
 #: Question words after which the asked thing is a person, a time, a place or an amount, never free words.
 _NOT_DESCRIPTIVE = frozenset({"who", "whom", "whose", "when", "where", "how"})
@@ -687,8 +687,11 @@ class PathPlanner:
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
         # a question that names nothing by its words asks for what describes the topic; a single word's
-        # loose likeness to a relation ("describe" ~ a genre relation) does not outweigh the values' form
-        if not worded and not classed and not asked and max(strength.values(), default=0.0) < DESCRIPTOR_OVER_MEANING:
+        # loose likeness to the topic's class ("describe" ~ a genre relation: a class describes too) does not
+        # outweigh the values' form, a likeness to any other relation ("year" ~ a publication date) does
+        classifier = self.classifiers().get(topic_label or "", ("", "out"))[0]
+        loose = all(rel == classifier and sim < DESCRIPTOR_OVER_MEANING for rel, sim in strength.items())
+        if not worded and not classed and not asked and loose:
             described = self.descriptor_mention(plain, topic_label)
             if described is not None:
                 mentions = Counter({described: 1})
