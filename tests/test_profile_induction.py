@@ -5,6 +5,7 @@ with the types and phrases expected written by hand; path choice with no profile
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,41 @@ def test_the_word_after_of_in_a_relation_name_alone_does_not_name_the_relation(
     assert planner.relation_mentions("the language of the item X")[0]["original language of item"] == 1
     best = planner.predict("the items made by [Maker 3] are in which languages", "Maker 3", "Maker 3", top=1)[0]
     assert [h.spec() for h in best.path] == ["<maker", ">original language of item"]
+
+
+def _library(tmp_path: Path) -> Path:
+    """Twenty-four books with six people or firms around them and a date of first printing (``debut``)."""
+    triples = []
+    for i in range(24):
+        book = f"Book Number {i:02d}"
+        triples += [
+            (book, "author", ["Ines Varga", "Tomas Reed", "Lena Ortiz"][i % 3]),
+            (book, "illustrator", ["Omar Fell", "Ruth Calder"][i % 2]),
+            (book, "editor", ["Piet Amsel", "Mara Quist"][i % 2]),
+            (book, "publisher", ["Harbor Press", "Iron Books"][i % 2]),
+            (book, "debut", ["1961", "1974", "1988"][i % 3]),
+        ]
+    return _write(tmp_path, triples)
+
+
+def test_a_plain_noun_after_a_question_word_names_the_asked_nodes_not_a_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    planner = PathPlanner(load_triples(_library(tmp_path), None), embedder)
+
+    def best(question: str, topic: str) -> list[str]:
+        return [h.spec() for h in planner.predict(question, topic, topic, top=1)[0].path]
+
+    # "poems" is nearest "author" by meaning, but "which poems" asks for books, it names no relation
+    assert planner.meaning_mentions("which poems were edited by", Counter()) == Counter()
+    assert best("which poems were edited by [Piet Amsel]", "Piet Amsel") == ["<editor"]
+
+
+def test_a_time_question_asks_for_the_one_relation_into_years_or_dates(embedder: object, tmp_path: Path) -> None:
+    planner = PathPlanner(load_triples(_library(tmp_path), None), embedder)
+    # no word names "debut"; "in which years" and "when" ask for the one relation whose values are years
+    assert planner.time_mention("the books edited by X appeared in which years", Counter()) == "debut"
+    assert planner.time_mention("when did X appear", Counter()) == "debut"
+    assert planner.time_mention("who edited X", Counter()) is None
+    best = planner.predict("the books edited by [Piet Amsel] appeared in which years", "Piet Amsel", "Piet Amsel", top=1)
+    assert [h.spec() for h in best[0].path] == ["<editor", ">debut"]

@@ -41,6 +41,7 @@ from graphs.skb.language import (
     CATEGORY_WORDS,
     FUNCTION_WORDS,
     QUESTION_WORDS,
+    TIME_WORDS,
     content_words,
     relation_words,
     root,
@@ -281,6 +282,16 @@ def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
     return path_walk_query(start_label, [(hop.rel, hop.direction) for hop in path], limit)
 
 
+def _asked_nouns(words: Sequence[str]) -> set[str]:
+    """Plain nouns (not verbs, not agent nouns) within two words after a question word: "which *films*",
+    "what *year*". They name the asked nodes, not a relation: "which films" asks for films and names no relation
+    whose words mean films; "which *actors*" (an agent noun) and "which *starred*" still name one."""
+    return {
+        w for i, w in enumerate(words)
+        if root(w) == singular(w) and any(x in _INTERROGATIVES for x in words[max(0, i - 2) : i])
+    }
+
+
 class PathPlanner:
     """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
 
@@ -484,10 +495,12 @@ class PathPlanner:
         mention of it. Only relations whose words were read from their names take part: a written alias
         list is the user's word on what names a relation. ``strength`` receives each mentioned relation's best
         similarity (how sure the reading is)."""
+        words = _words(text)
         leftover = [
-            w for w in dict.fromkeys(_words(text))
+            w for w in dict.fromkeys(words)
             if len(w) > 2 and not w.isdigit() and root(w) not in self._alias_roots and root(w) not in self._filler
             and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns and singular(w) not in CATEGORY_WORDS
+            and w not in _asked_nouns(words)
         ]
         out: Counter[str] = Counter()
         if not leftover:
@@ -534,6 +547,20 @@ class PathPlanner:
             with self._lock:
                 self._classifiers = found
         return self._classifiers
+
+    def time_mention(self, text: str, found: Counter[str]) -> str | None:
+        """The relation a time question asks for when it names none: "when", or a time noun right after a question
+        word ("in which *years*"), asks for the one relation whose values are years or dates (``temporal_labels``),
+        as a category word asks for the classifier. None when the graph has several such relations (the words must
+        choose) or the question already names one."""
+        words = _words(text)
+        if "when" not in words and not any(singular(w) in TIME_WORDS for w in _asked_nouns(words)):
+            return None
+        temporal = set(self.temporal_labels())
+        rels = {rel for rel, (head, tail) in self.sigs.items() if head in temporal or tail in temporal}
+        if len(rels) != 1 or any(found.get(rel) for rel in rels):
+            return None
+        return next(iter(rels))
 
     def descriptors(self) -> dict[str, tuple[str, Direction]]:
         """``descriptor_relations`` of this SKB, computed on first use (one pass over the edges)."""
@@ -615,7 +642,8 @@ class PathPlanner:
         # "direct" names the relation)
         words = [singular(w) for w in _words(text)]
         out: dict[str, float] = {}
-        if "when" in words:  # asks for a time: the labels whose nodes are years or dates, whatever their names
+        # asks for a time ("when", "in which year"): the labels whose nodes are years or dates, whatever their names
+        if "when" in words or any(singular(w) in TIME_WORDS for w in _asked_nouns(words)):
             out.update(dict.fromkeys(self.temporal_labels(), 1.0))
         for label, spec in self.profile.labels.items():
             vocab = {singular(w) for w in spec.words}
@@ -686,6 +714,10 @@ class PathPlanner:
         mentions.update(classed)
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
+        timed = self.time_mention(plain, mentions)
+        if timed is not None:
+            mentions[timed] += 1
+            classed[timed] += 1
         # a question that names nothing by its words asks for what describes the topic; a single word's
         # loose likeness to the topic's class ("describe" ~ a genre relation: a class describes too) does not
         # outweigh the values' form, a likeness to any other relation ("year" ~ a publication date) does
