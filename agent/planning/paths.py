@@ -15,7 +15,10 @@ returns plausible but wrong nodes. The prediction uses only the schema and the d
    - *exemplars*: the best cosine between the question and the profile's exemplar questions whose
      path is this path (few-shot retrieval);
    - *relation words*: the share of the path's relations whose aliases occur in the question,
-     minus a penalty per relation named in the question but absent from the path;
+     minus a penalty per relation named in the question but absent from the path; besides aliases, a
+     relation is named by the meaning of an unmatched word, by a category word (its classifier), by a
+     time question (the one relation into years or dates), and, when the question names nothing, by
+     the question itself (the topic's descriptor: lower-case free words, read from the values' form);
    - a small preference for shorter paths, so a one-hop question is not read as a detour.
 3. The walk itself is one read-only Cypher query per path (``walk_query``), built from schema names
    quoted with ``quote_name``; the topic key and the row cap are parameters / trusted integers.
