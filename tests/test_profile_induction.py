@@ -5,6 +5,7 @@ with the types and phrases expected written by hand; path choice with no profile
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,107 @@ def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
     assert best("[Maker 3] made which items", "Maker 3") == ["<maker"]
     assert best("the item [Item 07] was made by whom", "Item 07") == [">maker"]
     assert best("what language is the item [Item 07] in", "Item 07") == [">original language of item"]
+
+
+def _kitchen(tmp_path: Path, lower_names: bool = False) -> Path:
+    """Twenty-four dishes (titles) with a cook (a person's name), a cuisine (a class), a grade from a scale of
+    three lower-case words, and free lower-case words (``noted_as``: nothing in the name says "describes")."""
+    notes = ["spicy", "quick dinner", "vegan", "street food", "slow cooked", "smoky", "crunchy", "family meal",
+             "one pot", "fermented", "sweet and sour", "picnic"]
+    triples = []
+    for i in range(24):
+        dish = f"Dish of the House {i:02d}"
+        if lower_names:
+            dish = dish.lower()
+        triples += [
+            (dish, "cooked_by", ["Ana Sousa", "Kofi Mensah", "Yuki Tanaka", "Lars Holm"][i % 4]),
+            (dish, "cuisine", ["Thai", "Greek", "Peruvian"][i % 3]),
+            (dish, "graded", ["fine", "poor", "superb"][i % 3]),
+            (dish, "noted_as", notes[i % 12]),
+            (dish, "noted_as", notes[(i + 5) % 12]),
+        ]
+    return _write(tmp_path, triples)
+
+
+def test_a_question_naming_nothing_asks_for_the_free_words_that_describe_the_node(
+    embedder: object, tmp_path: Path
+) -> None:
+    from graphs.skb.compact import open_compact, write_compact
+
+    skb = load_triples(_kitchen(tmp_path), None)
+    write_compact(skb, tmp_path / "skb" / "compact")
+    dish = "Dish of the House 07"
+    for graph in (skb, open_compact(tmp_path / "skb")):  # in memory and from the stored arrays alike
+        planner = PathPlanner(graph, embedder)
+        # lower-case values on title-cased nodes; the widest vocabulary, not the three-word scale
+        assert {rel for rel, _ in planner.descriptors().values()} == {"noted_as"}
+
+        def best(question: str, planner: PathPlanner = planner) -> list[str]:
+            return [h.spec() for h in planner.predict(question, dish, dish, top=1)[0].path]
+
+        assert best(f"describe [{dish}]") == [">noted_as"]
+        assert best(f"which words sum up [{dish}]") == [">noted_as"]
+        assert best(f"what is [{dish}] about") == [">noted_as"]
+        # a named relation or an asked person is not read as a request for descriptions
+        assert best(f"what cuisine is [{dish}]") == [">cuisine"]
+        assert best(f"who made [{dish}]") != [">noted_as"]
+
+
+def test_a_graph_written_all_in_lower_case_has_no_descriptor(embedder: object, tmp_path: Path) -> None:
+    planner = PathPlanner(load_triples(_kitchen(tmp_path, lower_names=True), None), embedder)
+    assert planner.descriptors() == {}
+
+
+def test_the_word_after_of_in_a_relation_name_alone_does_not_name_the_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    # "original language of item": "item" qualifies the head noun "language"; "the items made by X" asks about
+    # items, and only "language" (with or without "item") names the relation
+    triples = []
+    for i in range(30):
+        item = f"Item {i:02d}"
+        triples += [(item, "original language of item", ["Danish", "Welsh", "Basque"][i % 3]),
+                    (item, "maker", f"Maker {i % 10}"), (item, "released", ["2019", "2021"][i % 2])]
+    planner = PathPlanner(load_triples(_write(tmp_path, triples), None), embedder)
+    assert "original language of item" not in planner.relation_mentions("the items made by X came out in which year")[0]
+    assert planner.relation_mentions("the language of the item X")[0]["original language of item"] == 1
+    best = planner.predict("the items made by [Maker 3] are in which languages", "Maker 3", "Maker 3", top=1)[0]
+    assert [h.spec() for h in best.path] == ["<maker", ">original language of item"]
+
+
+def _library(tmp_path: Path) -> Path:
+    """Twenty-four books with six people or firms around them and a date of first printing (``debut``)."""
+    triples = []
+    for i in range(24):
+        book = f"Book Number {i:02d}"
+        triples += [
+            (book, "author", ["Ines Varga", "Tomas Reed", "Lena Ortiz"][i % 3]),
+            (book, "illustrator", ["Omar Fell", "Ruth Calder"][i % 2]),
+            (book, "editor", ["Piet Amsel", "Mara Quist"][i % 2]),
+            (book, "publisher", ["Harbor Press", "Iron Books"][i % 2]),
+            (book, "debut", ["1961", "1974", "1988"][i % 3]),
+        ]
+    return _write(tmp_path, triples)
+
+
+def test_a_plain_noun_after_a_question_word_names_the_asked_nodes_not_a_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    planner = PathPlanner(load_triples(_library(tmp_path), None), embedder)
+
+    def best(question: str, topic: str) -> list[str]:
+        return [h.spec() for h in planner.predict(question, topic, topic, top=1)[0].path]
+
+    # "poems" is nearest "author" by meaning, but "which poems" asks for books, it names no relation
+    assert planner.meaning_mentions("which poems were edited by", Counter()) == Counter()
+    assert best("which poems were edited by [Piet Amsel]", "Piet Amsel") == ["<editor"]
+
+
+def test_a_time_question_asks_for_the_one_relation_into_years_or_dates(embedder: object, tmp_path: Path) -> None:
+    planner = PathPlanner(load_triples(_library(tmp_path), None), embedder)
+    # no word names "debut"; "in which years" and "when" ask for the one relation whose values are years
+    assert planner.time_mention("the books edited by X appeared in which years", Counter()) == "debut"
+    assert planner.time_mention("when did X appear", Counter()) == "debut"
+    assert planner.time_mention("who edited X", Counter()) is None
+    best = planner.predict("the books edited by [Piet Amsel] appeared in which years", "Piet Amsel", "Piet Amsel", top=1)
+    assert [h.spec() for h in best[0].path] == ["<editor", ">debut"]

@@ -15,7 +15,10 @@ returns plausible but wrong nodes. The prediction uses only the schema and the d
    - *exemplars*: the best cosine between the question and the profile's exemplar questions whose
      path is this path (few-shot retrieval);
    - *relation words*: the share of the path's relations whose aliases occur in the question,
-     minus a penalty per relation named in the question but absent from the path;
+     minus a penalty per relation named in the question but absent from the path; besides aliases, a
+     relation is named by the meaning of an unmatched word, by a category word (its classifier), by a
+     time question (the one relation into years or dates), and, when the question names nothing, by
+     the question itself (the topic's descriptor: lower-case free words, read from the values' form);
    - a small preference for shorter paths, so a one-hop question is not read as a detour.
 3. The walk itself is one read-only Cypher query per path (``walk_query``), built from schema names
    quoted with ``quote_name``; the topic key and the row cap are parameters / trusted integers.
@@ -41,6 +44,7 @@ from graphs.skb.language import (
     CATEGORY_WORDS,
     FUNCTION_WORDS,
     QUESTION_WORDS,
+    TIME_WORDS,
     content_words,
     relation_words,
     root,
@@ -71,6 +75,19 @@ MAX_WORD_VECTORS = 20_000
 CLASSIFIER_MIN_COVERAGE = 0.2
 #: ... and each of its values is shared by this many nodes on average (a class, not a property or a name).
 CLASSIFIER_MIN_SHARE = 5.0
+#: A relation describes its nodes (``descriptor_relations``) when at least this share of its sampled values is
+#: written in lower case (free words and phrases) ...
+DESCRIPTOR_MIN_LOWER = 0.8
+#: ... and at most this share of the described nodes' own names is (names, titles: written otherwise).
+DESCRIPTOR_MAX_NEAR_LOWER = 0.2
+#: ... and each value is attached to this many nodes on average (words recur; a thing's own name does not).
+DESCRIPTOR_MIN_SHARE = 2.0
+#: Values and names sampled per relation for ``descriptor_relations``.
+DESCRIPTOR_SAMPLE = 200
+#: A question naming no relation by its words asks for the descriptor unless a word means the class this surely.
+DESCRIPTOR_OVER_MEANING = 0.5
+#: Question words after which the asked thing is a person, a time, a place or an amount, never free words.
+_NOT_DESCRIPTIVE = frozenset({"who", "whom", "whose", "when", "where", "how"})
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,56 @@ def classifier_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[
     return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
 
 
+def _lower_share(names: Sequence[str]) -> float:
+    """The share of ``names`` written in lower case with at least one letter, numbers and dates not counted."""
+    if not names:
+        return 0.0
+    lower = sum(
+        1 for v in names
+        if v == v.lower() and any(c.isalpha() for c in v) and not _NUMBER.fullmatch(v.strip())
+        and not _DATE.fullmatch(v.strip())
+    )
+    return lower / len(names)
+
+
+def descriptor_relations(skb: SKB, sigs: Mapping[str, tuple[str, str]]) -> dict[str, tuple[str, Direction]]:
+    """Per node label, the relation (and the direction from that label) whose values are free words describing
+    its nodes: lower-case words and phrases (``violence``, ``time travel``), each attached to several nodes,
+    attached to nodes whose own names are written otherwise (titles, proper names).
+
+    Why: "describe X", "what words describe X", "which topics is X about" name no relation and no label;
+    they ask for what describes X. In a graph that is the relation whose values are written as common words
+    rather than as names, numbers or dates; the form of the values says so whatever the relation and its
+    labels are called. Read from a sample of the names at both ends, so it holds for any labels and relation
+    names; a graph whose names are all lower case has no contrast and no descriptor.
+    """
+    rel_names, rel_ids, src, dst = skb.edge_arrays()
+    keys = skb.node_keys()
+    best: dict[str, tuple[int, str, Direction]] = {}
+    for r, rel in enumerate(rel_names):
+        if rel not in sigs:
+            continue
+        mask = rel_ids == r
+        if not mask.any():
+            continue
+        for direction, (near, far) in (("out", (src[mask], dst[mask])), ("in", (dst[mask], src[mask]))):
+            label = sigs[rel][0] if direction == "out" else sigs[rel][1]
+            values = np.unique(far)
+            if len(far) < DESCRIPTOR_MIN_SHARE * len(values):
+                continue
+            far_names = [skb.nodes[keys[int(i)]].name for i in values[:DESCRIPTOR_SAMPLE]]
+            far_lower = _lower_share(far_names)
+            if far_lower < DESCRIPTOR_MIN_LOWER:
+                continue
+            near_names = [skb.nodes[keys[int(i)]].name for i in np.unique(near)[:DESCRIPTOR_SAMPLE]]
+            if _lower_share(near_names) > DESCRIPTOR_MAX_NEAR_LOWER:
+                continue
+            # the widest vocabulary describes: a scale of a few words ("good", "bad") rates, it does not describe
+            if len(values) > best.get(label, (0, "", "out"))[0]:
+                best[label] = (len(values), rel, direction)  # type: ignore[assignment]
+    return {label: (rel, direction) for label, (_, rel, direction) in best.items()}
+
+
 def temporal_labels(skb: SKB, sample: int = 50) -> list[str]:
     """Labels at least 80 % of whose sampled node names are a year (1000-2999) or a date (``1994``, ``2003-07-14``,
     ``07/14/2003``): what a "when" question asks for, in a graph that may call them anything."""
@@ -218,6 +285,16 @@ def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
     return path_walk_query(start_label, [(hop.rel, hop.direction) for hop in path], limit)
 
 
+def _asked_nouns(words: Sequence[str]) -> set[str]:
+    """Plain nouns (not verbs, not agent nouns) within two words after a question word: "which *films*",
+    "what *year*". They name the asked nodes, not a relation: "which films" asks for films and names no relation
+    whose words mean films; "which *actors*" (an agent noun) and "which *starred*" still name one."""
+    return {
+        w for i, w in enumerate(words)
+        if root(w) == singular(w) and any(x in _INTERROGATIVES for x in words[max(0, i - 2) : i])
+    }
+
+
 class PathPlanner:
     """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
 
@@ -240,6 +317,14 @@ class PathPlanner:
             or f"relations.{rel}.aliases" in self.profile.induced
         )
         self._named_set = set(self._named_only)
+        # the words after "of" in a name ("original language of *film*", "place of *birth*") qualify its head
+        # noun; alone they name the qualifier ("which films"), not the relation
+        self._qualifiers: dict[str, set[tuple[str, ...]]] = {}
+        for rel in self._named_only:
+            words = relation_words(rel)
+            if "of" in words[1:]:
+                after = words[words.index("of", 1) + 1 :]
+                self._qualifiers[rel] = {(root(w),) for w in content_words(after)}
         self._word_vecs: dict[str, np.ndarray] = {}
         self._rel_vecs: np.ndarray | None = None
         # words that carry no relation or entity: generic function words and the label words
@@ -247,6 +332,7 @@ class PathPlanner:
         self._label_nouns = {singular(w) for spec in self.profile.labels.values() for w in spec.words}
         self._noun_labels = {singular(w): lab for lab, spec in self.profile.labels.items() for w in spec.words}
         self._classifiers: dict[str, tuple[str, Direction]] | None = None
+        self._descriptors: dict[str, tuple[str, Direction]] | None = None
         self._temporal: list[str] | None = None
         self._tail_nouns = {
             rel: {singular(w) for w in self.profile.labels[tail].words}
@@ -349,6 +435,9 @@ class PathPlanner:
         counts: Counter[str] = Counter()
         for rel, found in spans.items():
             found = [span for span in found if not self._names_a_node_type(rel, words, surface, span, topic_at)]
+            qualifiers = self._qualifiers.get(rel)
+            if qualifiers and all(phrase in qualifiers for _, _, phrase in found):
+                found = []
             if not found:
                 continue
             found.sort()
@@ -400,16 +489,21 @@ class PathPlanner:
         )
         return asked or before_topic
 
-    def meaning_mentions(self, text: str, found: Counter[str]) -> Counter[str]:
+    def meaning_mentions(
+        self, text: str, found: Counter[str], strength: dict[str, float] | None = None
+    ) -> Counter[str]:
         """Relations named by meaning: a content word of the question that no alias, label word or frame
         word covers, whose embedding is closest to one relation's own words (at least
         ``MEANING_MIN_SIMILARITY``, ahead of the next relation by ``MEANING_MARGIN``), counts as a
         mention of it. Only relations whose words were read from their names take part: a written alias
-        list is the user's word on what names a relation."""
+        list is the user's word on what names a relation. ``strength`` receives each mentioned relation's best
+        similarity (how sure the reading is)."""
+        words = _words(text)
         leftover = [
-            w for w in dict.fromkeys(_words(text))
+            w for w in dict.fromkeys(words)
             if len(w) > 2 and not w.isdigit() and root(w) not in self._alias_roots and root(w) not in self._filler
             and w not in _PIVOT_WORDS and singular(w) not in self._label_nouns and singular(w) not in CATEGORY_WORDS
+            and w not in _asked_nouns(words)
         ]
         out: Counter[str] = Counter()
         if not leftover:
@@ -437,6 +531,8 @@ class PathPlanner:
             # a relation the question already names by a word is not named again ("release dates")
             if best >= MEANING_MIN_SIMILARITY and best - second >= MEANING_MARGIN and not found.get(rel):
                 out[rel] += 1
+                if strength is not None:
+                    strength[rel] = max(strength.get(rel, 0.0), best)
         return out
 
     def temporal_labels(self) -> list[str]:
@@ -454,6 +550,40 @@ class PathPlanner:
             with self._lock:
                 self._classifiers = found
         return self._classifiers
+
+    def time_mention(self, text: str, found: Counter[str]) -> str | None:
+        """The relation a time question asks for when it names none: "when", or a time noun right after a question
+        word ("in which *years*"), asks for the one relation whose values are years or dates (``temporal_labels``),
+        as a category word asks for the classifier. None when the graph has several such relations (the words must
+        choose) or the question already names one."""
+        words = _words(text)
+        if "when" not in words and not any(singular(w) in TIME_WORDS for w in _asked_nouns(words)):
+            return None
+        temporal = set(self.temporal_labels())
+        rels = {rel for rel, (head, tail) in self.sigs.items() if head in temporal or tail in temporal}
+        if len(rels) != 1 or any(found.get(rel) for rel in rels):
+            return None
+        return next(iter(rels))
+
+    def descriptors(self) -> dict[str, tuple[str, Direction]]:
+        """``descriptor_relations`` of this SKB, computed on first use (one pass over the edges)."""
+        if self._descriptors is None:
+            found = descriptor_relations(self.skb, self.sigs)
+            with self._lock:
+                self._descriptors = found
+        return self._descriptors
+
+    def descriptor_mention(self, text: str, topic_label: str | None) -> str | None:
+        """The relation a question asks for when it names none: "describe X", "what words describe X",
+        "which topics is X about" ask for what describes X, i.e. the topic label's descriptor relation
+        (``descriptor_relations``). Only for a question that names no relation and no label and whose
+        question word does not ask for a person, time, place or amount ("who stars in X"), and only for a
+        relation whose words were read from its name (as ``meaning_mentions``)."""
+        if topic_label is None or set(_words(text)) & _NOT_DESCRIPTIVE:
+            return None
+        found = self.descriptors().get(topic_label)
+        # a relation with written aliases is named by them: the user has said which words ask for it
+        return found[0] if found is not None and found[0] in self._named_set else None
 
     def category_mentions(self, text: str, found: Counter[str], topic_label: str | None) -> Counter[str]:
         """Relations a category word asks for: "what *kind* of film is X", "which *types* are the films
@@ -515,7 +645,8 @@ class PathPlanner:
         # "direct" names the relation)
         words = [singular(w) for w in _words(text)]
         out: dict[str, float] = {}
-        if "when" in words:  # asks for a time: the labels whose nodes are years or dates, whatever their names
+        # asks for a time ("when", "in which year"): the labels whose nodes are years or dates, whatever their names
+        if "when" in words or any(singular(w) in TIME_WORDS for w in _asked_nouns(words)):
             out.update(dict.fromkeys(self.temporal_labels(), 1.0))
         for label, spec in self.profile.labels.items():
             vocab = {singular(w) for w in spec.words}
@@ -575,12 +706,30 @@ class PathPlanner:
         masked = mask_mention(question, mention)
         plain = masked.replace("X", " ")
         mentions, pivots = self.relation_mentions(plain, len(words_of(masked.split("X", 1)[0])))
+        worded = bool(mentions)
+        strength: dict[str, float] = {}
         if self._named_only and not wording_only:
-            mentions.update(self.meaning_mentions(plain, mentions))
+            meant = self.meaning_mentions(plain, mentions, strength)
+            mentions.update(meant)
         topic = self.skb.nodes.get(key)
-        mentions.update(self.category_mentions(plain, mentions, topic.label if topic is not None else None))
+        topic_label = topic.label if topic is not None else None
+        classed = self.category_mentions(plain, mentions, topic_label)
+        mentions.update(classed)
         anchor = self.anchor_relation(masked, {p[0].rel for p in cands.paths})
         asked = self.asked_labels(plain)
+        timed = self.time_mention(plain, mentions)
+        if timed is not None:
+            mentions[timed] += 1
+            classed[timed] += 1
+        # a question that names nothing by its words asks for what describes the topic; a single word's
+        # loose likeness to the topic's class ("describe" ~ a genre relation: a class describes too) does not
+        # outweigh the values' form, a likeness to any other relation ("year" ~ a publication date) does
+        classifier = self.classifiers().get(topic_label or "", ("", "out"))[0]
+        loose = all(rel == classifier and sim < DESCRIPTOR_OVER_MEANING for rel, sim in strength.items())
+        if not worded and not classed and not asked and loose:
+            described = self.descriptor_mention(plain, topic_label)
+            if described is not None:
+                mentions = Counter({described: 1})
         # Each hop needs its own mention of its relation, except the second hop of a there-and-back
         # pair (">r <r": "films that *share* actors with X"), which a pivot word can stand for;
         # relations named but not on the path, and extra mentions of path relations, cost.

@@ -35,6 +35,10 @@ QUESTION_WORDS = frozenset({"which", "what", "who", "whom", "whose", "when", "wh
 #: the relation that classifies the asked node (``agent.planning.paths.classifier_relations``).
 CATEGORY_WORDS = frozenset({"kind", "type", "sort", "category", "class", "variety"})
 
+#: Nouns for a point in time ("in which *year*", "what *date*"): asked right after a question word they ask, like
+#: "when", for the labels whose nodes are years or dates (``agent.planning.paths.temporal_labels``).
+TIME_WORDS = frozenset({"year", "date", "day", "month", "decade", "century"})
+
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _WORD = re.compile(r"[a-z0-9]+")
 
