@@ -21,6 +21,7 @@ import agent.planning.offline as offline_module
 import tools.search_nodes as search_nodes_module
 from agent.api import ask
 from agent.config import AgentConfig
+from agent.linking.entities import EntityLinker
 from agent.planning.offline import OfflinePlanner
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
@@ -34,6 +35,8 @@ pytestmark = pytest.mark.integration
 HUB_PARCELS = 120
 #: Parcels sent by Ada Quill; p077 is also routed via the hub (the one they have in common).
 ADA_PARCELS = ["p077", "p200", "p201"]
+#: Stations named "Harbour Station".
+HOMONYMS = 25
 
 
 def depot_skb() -> SKB:
@@ -56,6 +59,9 @@ def depot_skb() -> SKB:
     for key in ("p202", "p203"):
         skb.add_edge(Edge(key, "SENT_BY", "s-bo"))
     skb.add_edge(Edge("p202", "ROUTED_VIA", "st-village"))
+    for i in range(HOMONYMS):  # one name shared by more stations than the linker's entity cap
+        skb.add_node(Node(f"st-harbour-{i}", "Station", {"name": "Harbour Station"}))
+        skb.add_edge(Edge(f"p{i:03d}", "ROUTED_VIA", f"st-harbour-{i}"))
     return skb
 
 
@@ -207,6 +213,16 @@ def test_nothing_in_common_falls_back_to_the_plain_expansion(
     # Bo's parcels are not routed via the hub: the hub is expanded without the list, and no semantic net
     assert [(c["name"], c["args"].get("among")) for c in second.tool_calls] == [("search_nodes", None)]
     assert second.tool_calls[0]["args"]["keys"] == ["st-hub"]
+
+
+def test_a_name_many_nodes_share_is_one_mention_for_the_entity_cap(bundle: IndexBundle) -> None:
+    linked = EntityLinker(bundle).link("Which parcel is routed via Harbour Station and sent by Ada Quill?", 20)
+    by_label: dict[str, list[str]] = {}
+    for ent in linked:
+        by_label.setdefault(ent.label, []).append(ent.key)
+    assert by_label["Sender"] == ["s-ada"]  # the second name is linked, not crowded out by the first's homonyms
+    assert len(by_label["Station"]) == 20  # one mention's entities are capped as well
+    assert len(EntityLinker(bundle).link("Which parcel is routed via Harbour Station and sent by Ada Quill?", 1)) == 1
 
 
 def test_membership_checks_are_named_in_the_tool_description(bundle: IndexBundle) -> None:

@@ -122,3 +122,57 @@ def test_unknown_terms_give_zero_scores(tmp_path: Path, generated: tuple[SKB, An
     _, model = generated
     scores, floor = model.score_of(["no-such-term"], model.targets[:5])
     assert floor == 0.0 and not scores.any()
+
+
+def _reference_model(skb: SKB, target: str, term: str) -> tuple[list[str], list[str], np.ndarray, list[list[int]]]:
+    """Terms, targets, the dense annotation matrix and each term's broader terms, from the Node and Edge
+    objects one by one (what ``build_model`` computes from the SKB's arrays)."""
+    from agent.scoring.ontology import edge_weight, find_annotation, schema_for
+    from agent.scoring.stored import find_hierarchy
+
+    annotation = find_annotation(schema_for(skb), target, term)
+    assert annotation is not None
+    hierarchy = find_hierarchy(skb, term)
+    prop = skb.profile.scoring.edge_weight_property if skb.profile else None
+    terms = [n.key for n in skb.nodes.values() if n.label == term]
+    targets = [n.key for n in skb.nodes.values() if n.label == target]
+    ti, ci = {k: i for i, k in enumerate(targets)}, {k: i for i, k in enumerate(terms)}
+    direct = np.zeros((len(targets), len(terms)), dtype=np.float32)
+    parents: list[list[int]] = [[] for _ in terms]
+    for edge in skb.edges:
+        if hierarchy is not None and edge.rel == hierarchy.rel:
+            child, parent = (edge.src, edge.dst) if hierarchy.narrow_to_broad == "out" else (edge.dst, edge.src)
+            if child in ci and parent in ci and child != parent:
+                parents[ci[child]].append(ci[parent])
+        if edge.rel == annotation.rel:
+            t, c = (edge.src, edge.dst) if annotation.direction == "out" else (edge.dst, edge.src)
+            if t in ti and c in ci:
+                direct[ti[t], ci[c]] += edge_weight(edge.props, 0.0, prop)
+    return terms, targets, direct, parents
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_model_from_the_skb_arrays_equals_one_built_edge_by_edge(
+    generated: tuple[SKB, Any], tmp_path: Path, compact: bool
+) -> None:
+    from agent.scoring.ontology import build_model, find_annotation, schema_for
+    from agent.scoring.stored import find_hierarchy
+    from graphs.skb.compact import open_compact, write_compact
+
+    skb, _ = generated
+    if compact:
+        write_compact(skb, tmp_path / "skb" / "compact")
+        skb = open_compact(tmp_path / "skb")
+    models = {}
+    for target, term in (("Document", "Concept"), ("Document", "Person")):
+        annotation = find_annotation(schema_for(skb), target, term)
+        assert annotation is not None
+        models[target, term] = build_model(skb, annotation, find_hierarchy(skb, term))
+    if compact:
+        assert len(skb.nodes._cache) == 0  # type: ignore[attr-defined]  # no Node object was built
+    for (target, term), model in models.items():
+        terms, targets, direct, parents = _reference_model(skb, target, term)
+        assert model.terms == terms and model.targets == targets
+        assert np.array_equal(model.direct.toarray(), direct)
+        for i, broader in enumerate(parents):
+            assert set(broader) <= set(model.ancestors.indices[model.ancestors.indptr[i] : model.ancestors.indptr[i + 1]])

@@ -116,7 +116,8 @@ class EntityLinker:
 
         ``clauses`` switches on clause linking (``agent.linking.clauses``): clauses that describe a
         vocabulary term are matched whole against the index's phrase vectors and give several
-        weighted candidates each; ``max_entities`` then counts mentions (a clause counts once).
+        weighted candidates each. ``max_entities`` counts mentions (a clause, or the nodes sharing one
+        name, count once) and caps the entities of one mention.
         It needs the index's phrase artifact and an embedder; without them it is a no-op.
         ``confidence_power`` > 0 gives fuzzy and embedding links the ranking weight
         ``score ** confidence_power`` (exact names keep 1.0): a guessed term counts less than a named one.
@@ -213,16 +214,22 @@ class EntityLinker:
                 out.extend(self._entity(k, mention, s, "embedding") for k, s in self._embed(mention, exclude_labels))
         if described and clauses is not None:
             out.extend(self._settle_clauses(question, tokens, described, held, clauses, exclude_labels))
+        # ``max_entities`` counts mentions, and caps the entities of one mention: the nodes sharing one name
+        # are one mention (a name shared by 20 concepts of a million-node graph took every place, and the
+        # question's second name was never linked)
         seen: set[str] = set()
         unique: list[LinkedEntity] = []
-        mentions: set[tuple[str, int | str]] = set()
+        mentions: dict[tuple[str, int | str], int] = {}
         for ent in out:
             if ent.key in seen:
                 continue
-            mention_id: tuple[str, int | str] = ("clause", ent.group) if ent.group is not None else ("key", ent.key)
-            if mention_id not in mentions and len(mentions) >= max_entities:
+            mention_id: tuple[str, int | str] = (
+                ("clause", ent.group) if ent.group is not None else ("mention", ent.mention.casefold())
+            )
+            taken = mentions.get(mention_id)
+            if (taken is None and len(mentions) >= max_entities) or (taken or 0) >= max_entities:
                 continue
-            mentions.add(mention_id)
+            mentions[mention_id] = (taken or 0) + 1
             seen.add(ent.key)
             unique.append(ent)
         return unique

@@ -83,22 +83,25 @@ def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
     if not counts:
         return None
     rel_name = max(counts, key=lambda r: counts[r])
-    srcs: set[str] = set()
-    dsts: set[str] = set()
-    pairs: list[tuple[str, str]] = []
-    for edge in skb.edges:
-        if edge.rel == rel_name and edge.src in skb.nodes and skb.nodes[edge.src].label == label:
-            srcs.add(edge.src)
-            dsts.add(edge.dst)
-            pairs.append((edge.src, edge.dst))
-    direction: Direction = "out" if len(dsts) <= len(srcs) else "in"
-    index = {key: i for i, key in enumerate(srcs | dsts)}
-    parents: list[list[int]] = [[] for _ in index]
-    for src, dst in pairs:
-        child, parent = (src, dst) if direction == "out" else (dst, src)
+    # from the SKB's arrays: a Python pass over every edge (and a Node object per endpoint) cost seconds
+    # per label at a million nodes, and kept a million Node objects alive for the garbage collector
+    labels, node_label = skb.label_ids()
+    rels, rel_ids, src_ids, dst_ids = skb.edge_arrays()
+    if rel_name not in rels or label not in labels:
+        return None
+    src_all = np.asarray(src_ids)
+    mask = (np.asarray(rel_ids) == rels.index(rel_name)) & (np.asarray(node_label)[src_all] == labels.index(label))
+    srcs, dsts = src_all[mask], np.asarray(dst_ids)[mask]
+    direction: Direction = "out" if len(np.unique(dsts)) <= len(np.unique(srcs)) else "in"
+    nodes, pair_index = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
+    children, parents_of = (pair_index[: len(srcs)], pair_index[len(srcs) :])
+    if direction == "in":
+        children, parents_of = parents_of, children
+    parents: list[list[int]] = [[] for _ in range(len(nodes))]
+    for child, parent in zip(children.tolist(), parents_of.tolist(), strict=True):
         if child != parent:
-            parents[index[child]].append(index[parent])
-    if not closure_within(parents, MAX_MEAN_ANCESTORS * max(1, len(index))):
+            parents[child].append(parent)
+    if not closure_within(parents, MAX_MEAN_ANCESTORS * max(1, len(nodes))):
         return None  # a network (citations, co-purchases), not a taxonomy: its closure grows with n^2
     return Hierarchy(label, rel_name, direction)
 
@@ -589,40 +592,57 @@ def build_model(
     The edge-weight property and the default scoring weights come from the SKB's domain profile.
     """
     scoring = profile_for(skb).scoring
-    terms = [n.key for n in skb.nodes.values() if n.label == annotation.term_label]
+    # from the SKB's arrays (node order, edge order): the same matrices as a pass over the Node and Edge
+    # objects, without building a million of them at a million nodes (seconds, and kept alive)
+    keys = skb.node_keys()
+    labels, node_label = skb.label_ids()
+    node_label = np.asarray(node_label)
+    rels, rel_array, src_array, dst_array = skb.edge_arrays()
+    rel_ids, src_ids, dst_ids = np.asarray(rel_array), np.asarray(src_array), np.asarray(dst_array)
+
+    def of_label(label: str) -> np.ndarray:
+        return np.flatnonzero(node_label == labels.index(label)) if label in labels else np.zeros(0, dtype=np.int64)
+
+    def positions(ids: np.ndarray) -> np.ndarray:
+        pos = np.full(len(node_label), -1, dtype=np.int64)
+        pos[ids] = np.arange(len(ids), dtype=np.int64)
+        return pos
+
+    term_ids, target_ids = of_label(annotation.term_label), of_label(annotation.target_label)
+    terms = [keys[i] for i in term_ids.tolist()]
     term_index = {k: i for i, k in enumerate(terms)}
-    targets = [n.key for n in skb.nodes.values() if n.label == annotation.target_label]
+    targets = [keys[i] for i in target_ids.tolist()]
     target_index = {k: i for i, k in enumerate(targets)}
+    term_pos, target_pos = positions(term_ids), positions(target_ids)
+
+    def along(rel: str, forward: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Edge ids of ``rel`` and their (from, to) node ids, src -> dst when ``forward``."""
+        ids = np.flatnonzero(rel_ids == rels.index(rel)) if rel in rels else np.zeros(0, dtype=np.int64)
+        a, b = src_ids[ids], dst_ids[ids]
+        return (ids, a, b) if forward else (ids, b, a)
 
     parents: list[list[int]] = [[] for _ in terms]
     if hierarchy is not None:
-        for edge in skb.edges:
-            if edge.rel != hierarchy.rel:
-                continue
-            child, parent = (edge.src, edge.dst) if hierarchy.narrow_to_broad == "out" else (edge.dst, edge.src)
-            ci, pi = term_index.get(child), term_index.get(parent)
-            if ci is not None and pi is not None and ci != pi:
-                parents[ci].append(pi)
+        _, child, parent = along(hierarchy.rel, hierarchy.narrow_to_broad == "out")
+        ci, pi = term_pos[child], term_pos[parent]
+        keep = (ci >= 0) & (pi >= 0) & (ci != pi)
+        for c, q in zip(ci[keep].tolist(), pi[keep].tolist(), strict=True):
+            parents[c].append(q)
     ancestors = _build_ancestors(len(terms), parents)
 
-    d_rows: list[int] = []
-    d_cols: list[int] = []
-    d_vals: list[float] = []
-    for edge in skb.edges:
-        if edge.rel != annotation.rel:
-            continue
-        tgt, term = (edge.src, edge.dst) if annotation.direction == "out" else (edge.dst, edge.src)
-        ti, ci = target_index.get(tgt), term_index.get(term)
-        if ti is None or ci is None:
-            continue
-        d_rows.append(ti)
-        d_cols.append(ci)
-        d_vals.append(edge_weight(edge.props, weight_floor, scoring.edge_weight_property))
+    edge_ids, tgt, term = along(annotation.rel, annotation.direction == "out")
+    ti, ci = target_pos[tgt], term_pos[term]
+    keep = (ti >= 0) & (ci >= 0)
+    d_rows, d_cols = ti[keep], ci[keep]
+    prop = scoring.edge_weight_property
+    if prop is None:
+        d_vals = np.full(len(d_rows), DEFAULT_EDGE_WEIGHT, dtype=np.float32)
+    else:  # the weights are edge properties: read only the annotation edges' records
+        edges = skb.edges
+        d_vals = np.array([edge_weight(edges[int(i)].props, weight_floor, prop) for i in edge_ids[keep].tolist()],
+                          dtype=np.float32)
     shape = (len(targets), len(terms))
-    direct = sparse.csr_matrix(
-        (np.array(d_vals, dtype=np.float32), (np.array(d_rows, dtype=np.int64), np.array(d_cols, dtype=np.int64))),
-        shape=shape,
-    )
+    direct = sparse.csr_matrix((d_vals, (d_rows, d_cols)), shape=shape)
     direct.sum_duplicates()
 
     # Max-propagate each annotation's weight to all ancestors of its term.

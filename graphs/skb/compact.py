@@ -325,7 +325,12 @@ class CompactSKB(SKB):
             self._labels: list[str] = [str(x) for x in meta["labels"]]
             self._rels: list[str] = [str(x) for x in meta["rels"]]
             self._meta = meta
-            arrays = {name_: np.load(compact / f"{name_}.npy", mmap_mode="r", allow_pickle=False) for name_ in _ARRAYS}
+            # plain ndarray views of the read-only maps (the pages stay in the file cache): slicing a np.memmap
+            # builds a memmap object per slice, ten times the cost, and a question slices them hundreds of times
+            arrays = {
+                name_: np.asarray(np.load(compact / f"{name_}.npy", mmap_mode="r", allow_pickle=False))
+                for name_ in _ARRAYS
+            }
             keys = _loader()((compact / "node_keys.json").read_bytes())
             self._node_props = _Blob(compact / "node_props.bin")
             self._edge_props = _Blob(compact / "edge_props.bin")

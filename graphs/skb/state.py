@@ -105,7 +105,8 @@ def _read(skb: SKB, name: str, digest: str) -> Record | None:
         if record.get("format") != _FORMAT or record.get("digest") != digest:
             return None
         arrays = {
-            str(key): np.load(directory / f"{name}.{key}.npy", mmap_mode="r", allow_pickle=False)
+            # ndarray views of the read-only maps: a np.memmap slice costs ten times a view's
+            str(key): np.asarray(np.load(directory / f"{name}.{key}.npy", mmap_mode="r", allow_pickle=False))
             for key in record["arrays"]
         }
         meta = record["meta"]
