@@ -175,6 +175,20 @@ def test_the_planner_checks_the_hub_among_the_rare_entitys_answers(
     assert all("among" not in c["args"] for c in alone)
 
 
+def test_when_every_named_entity_is_very_connected_both_are_checked_among_what_they_share(
+    bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(offline_module, "ANCHOR_MAX", 2)  # Ada's 3 parcels are "many" too; they share 1
+    planner = OfflinePlanner(SimpleNamespace(skb=bundle.skb))
+    calls = planner.invoke([_plan([HUB, ADA])]).tool_calls  # type: ignore[attr-defined]
+    checked = sorted((c["args"]["keys"], c["args"].get("among")) for c in calls if c["name"] == "search_nodes")
+    assert checked == [(["s-ada"], ["p077"]), (["st-hub"], ["p077"])]
+    # past the bound on the edges read off the SKB, no intersection: both expanded as without the check
+    monkeypatch.setattr(offline_module, "SHARED_MAX_EDGES", 10)
+    plain = planner.invoke([_plan([HUB, ADA])]).tool_calls  # type: ignore[attr-defined]
+    assert all("among" not in c["args"] for c in plain)
+
+
 def test_the_common_answer_ranks_first_end_to_end(bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(offline_module, "ANCHOR_MAX", 50)
     monkeypatch.setattr(search_nodes_module, "HUB_EDGES", 40)  # the hub alone would be a 40-edge sample
@@ -223,6 +237,22 @@ def test_a_name_many_nodes_share_is_one_mention_for_the_entity_cap(bundle: Index
     assert by_label["Sender"] == ["s-ada"]  # the second name is linked, not crowded out by the first's homonyms
     assert len(by_label["Station"]) == 20  # one mention's entities are capped as well
     assert len(EntityLinker(bundle).link("Which parcel is routed via Harbour Station and sent by Ada Quill?", 1)) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "rel", "direction", "label"),
+    [("st-hub", "ROUTED_VIA", "in", "Parcel"), ("p000", "ROUTED_VIA", "out", None),
+     ("p000", "ROUTED_VIA", "both", "Station"), ("s-ada", "SENT_BY", "both", None),
+     ("s-ada", "NO_SUCH_REL", "in", None), ("no-such-key", "SENT_BY", "in", None)],
+)
+def test_neighbor_ids_agree_between_the_skb_in_memory_and_the_compact_one(
+    bundle: IndexBundle, key: str, rel: str, direction: Any, label: str | None
+) -> None:
+    memory = depot_skb()
+    expected = sorted(memory.neighbor_keys(key, rel, direction, label))
+    for skb in (memory, bundle.skb):
+        keys = skb.node_keys()
+        assert sorted(keys[i] for i in skb.neighbor_ids(key, rel, direction, label)) == expected
 
 
 def test_membership_checks_are_named_in_the_tool_description(bundle: IndexBundle) -> None:

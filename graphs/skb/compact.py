@@ -476,6 +476,25 @@ class CompactSKB(SKB):
             count += len(edges)
         return count
 
+    def neighbor_ids(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> np.ndarray:
+        i = self._index.get(key)
+        if i is None or rel not in self._rels or (label is not None and label not in self._labels):
+            return np.zeros(0, dtype=np.int64)
+        rid = self._rels.index(rel)
+        lid = None if label is None else self._labels.index(label)
+        parts: list[np.ndarray] = []
+        for side in ("out", "in"):
+            if direction not in (side, "both"):
+                continue
+            ptr, idx, other = ((self._out_ptr, self._out_idx, self._edge_dst) if side == "out"
+                               else (self._in_ptr, self._in_idx, self._edge_src))
+            edges = idx[ptr[i] : ptr[i + 1]]
+            ends = other[edges[self._edge_rel[edges] == rid]]
+            parts.append(ends if lid is None else ends[self._node_label[ends] == lid])
+        return np.concatenate(parts).astype(np.int64, copy=False)
+
     def neighbor_keys(
         self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
     ) -> list[str]:

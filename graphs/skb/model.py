@@ -182,6 +182,7 @@ class SKB:
         self.edges: list[Edge] = []
         self._out: dict[str, list[int]] | None = None
         self._in: dict[str, list[int]] | None = None
+        self._position: dict[str, int] | None = None
         #: The domain profile (graphs.skb.profile.Profile) the SKB was loaded with, if any;
         #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
         self.profile: Any = None
@@ -216,6 +217,7 @@ class SKB:
             node.name_field = ntype.name_field
         self.nodes[node.key] = node
         self._out = self._in = None
+        self._position = None
 
     def add_edge(self, edge: Edge) -> None:
         self.edges.append(edge)
@@ -356,6 +358,18 @@ class SKB:
         if label is None:
             return found
         return [k for k in found if k in self.nodes and self.nodes[k].label == label]
+
+    def neighbor_ids(
+        self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
+    ) -> np.ndarray:
+        """``neighbor_keys`` as node ids (positions in node order, those of ``node_keys``; a parallel edge
+        repeats its neighbour). Why: a planner intersects the neighbourhoods of named entities, a hub's
+        hundreds of thousands of neighbours included, as arrays (the memory-mapped SKB builds no key strings)."""
+        if self._position is None:
+            self._position = {k: i for i, k in enumerate(self.nodes)}
+        position = self._position
+        found = self.neighbor_keys(key, rel, direction, label)
+        return np.fromiter((position[k] for k in found), dtype=np.int64, count=len(found))
 
     def node_text(self, key: str) -> str:
         """The text embedded and BM25-indexed for a node, from its type's template."""
