@@ -313,17 +313,24 @@ def test_when_asks_for_the_label_of_years_or_dates_whatever_its_name(embedder: o
     assert [h.spec() for h in best.path] == [">released"] and best.parts["answer"] == 1.0
 
 
-def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
-    embedder: object, tmp_path: Path
-) -> None:
-    # "original language of item" carries the word for what it describes: "which items" and "the item [X]"
-    # ask for or name items, not their languages; "what language" still names the relation
+def _language_items(*, released: bool) -> list[tuple[str, str, str]]:
+    """30 items with an "original language of item" (three languages), a maker and, optionally, a release year."""
     triples = []
     for i in range(30):
         item = f"Item {i:02d}"
         triples += [(item, "original language of item", ["Danish", "Welsh", "Basque"][i % 3]),
                     (item, "maker", f"Maker {i % 10}")]
-    planner = PathPlanner(load_triples(_write(tmp_path, triples), None), embedder)
+        if released:
+            triples.append((item, "released", ["2019", "2021"][i % 2]))
+    return triples
+
+
+def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
+    embedder: object, tmp_path: Path
+) -> None:
+    # "original language of item" carries the word for what it describes: "which items" and "the item [X]"
+    # ask for or name items, not their languages; "what language" still names the relation
+    planner = PathPlanner(load_triples(_write(tmp_path, _language_items(released=False)), None), embedder)
 
     def best(question: str, topic: str) -> list[str]:
         return [h.spec() for h in planner.predict(question, topic, topic, top=1)[0].path]
@@ -387,12 +394,7 @@ def test_the_word_after_of_in_a_relation_name_alone_does_not_name_the_relation(
 ) -> None:
     # "original language of item": "item" qualifies the head noun "language"; "the items made by X" asks about
     # items, and only "language" (with or without "item") names the relation
-    triples = []
-    for i in range(30):
-        item = f"Item {i:02d}"
-        triples += [(item, "original language of item", ["Danish", "Welsh", "Basque"][i % 3]),
-                    (item, "maker", f"Maker {i % 10}"), (item, "released", ["2019", "2021"][i % 2])]
-    planner = PathPlanner(load_triples(_write(tmp_path, triples), None), embedder)
+    planner = PathPlanner(load_triples(_write(tmp_path, _language_items(released=True)), None), embedder)
     assert "original language of item" not in planner.relation_mentions("the items made by X came out in which year")[0]
     assert planner.relation_mentions("the language of the item X")[0]["original language of item"] == 1
     best = planner.predict("the items made by [Maker 3] are in which languages", "Maker 3", "Maker 3", top=1)[0]
