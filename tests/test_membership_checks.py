@@ -59,6 +59,11 @@ def depot_skb() -> SKB:
     for key in ("p202", "p203"):
         skb.add_edge(Edge(key, "SENT_BY", "s-bo"))
     skb.add_edge(Edge("p202", "ROUTED_VIA", "st-village"))
+    skb.add_node(Node("s-big", "Sender", {"name": "Big Parcel Company"}))
+    for i in range(300, 350):  # 60 parcels: 50 of its own, and 10 routed via the hub
+        skb.add_node(Node(f"p{i:03d}", "Parcel", {"name": f"parcel {i} of grey sacks"}))
+    for i in [*range(10, 20), *range(300, 350)]:
+        skb.add_edge(Edge(f"p{i:03d}", "SENT_BY", "s-big"))
     for i in range(HOMONYMS):  # one name shared by more stations than the linker's entity cap
         skb.add_node(Node(f"st-harbour-{i}", "Station", {"name": "Harbour Station"}))
         skb.add_edge(Edge(f"p{i:03d}", "ROUTED_VIA", f"st-harbour-{i}"))
@@ -187,6 +192,20 @@ def test_when_every_named_entity_is_very_connected_both_are_checked_among_what_t
     monkeypatch.setattr(offline_module, "SHARED_MAX_EDGES", 10)
     plain = planner.invoke([_plan([HUB, ADA])]).tool_calls  # type: ignore[attr-defined]
     assert all("among" not in c["args"] for c in plain)
+
+
+def test_a_very_connected_entity_beside_a_rare_one_of_its_label_is_checked_among_what_all_share(
+    bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(offline_module, "ANCHOR_MAX", 50)  # the hub (120) and Big Parcel Company (60) are many
+    big = {"key": "s-big", "label": "Sender", "name": "Big Parcel Company", "mention": "big", "score": 1.0}
+    planner = OfflinePlanner(SimpleNamespace(skb=bundle.skb))
+    calls = planner.invoke([_plan([HUB, ADA, big])]).tool_calls  # type: ignore[attr-defined]
+    checked = {tuple(c["args"]["keys"]): c["args"].get("among") for c in calls if c["name"] == "search_nodes"}
+    assert checked[("st-hub",)] == ADA_PARCELS  # among the other label's few answers (Ada's)
+    # no other label has few answers for the company: it is checked among what the hub and the senders share
+    assert checked[("s-big",)] == [*(f"p{i:03d}" for i in range(10, 20)), "p077"]
+    assert checked[("s-ada",)] is None  # Ada's own call, as before
 
 
 def test_the_common_answer_ranks_first_end_to_end(bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -540,8 +540,8 @@ class OfflinePlanner(BaseChatModel):
         self, hops: Mapping[tuple[str, str, str, str], list[str]], target: str, small: Mapping[str, list[str]]
     ) -> list[str] | None:
         """The answers every label of named entities leading to ``target`` reaches (each label: any of its keys),
-        read off the SKB's adjacency as node ids, when no label has answers few enough to check the others
-        among (``small``: then they are checked among those) and what they share fits a membership check.
+        read off the SKB's adjacency as node ids, when some label has no other label of few answers to be checked
+        among (``small``) and what they share fits a membership check.
         None otherwise, or when the entities have more than :data:`SHARED_MAX_EDGES` edges in all.
         Why: when every named entity is very connected ("about" a 384,058-document concept, "written by" a
         9,262-document author) the store would sample the hub, while what the two share is few; two
@@ -549,7 +549,7 @@ class OfflinePlanner(BaseChatModel):
         skb: SKB = self.bundle.skb
         groups = [(g, keys[:MAX_KEYS_PER_CALL]) for g, keys in hops.items() if g[3] == target]
         labels = {g[0] for g, _ in groups}
-        if len(labels) < 2 or len(small) >= 1:
+        if len(labels) < 2 or len(small) >= 2:  # with two labels of few answers, each checks among the other's
             return None
         if sum(skb.degree(key) for _, keys in groups for key in keys) > SHARED_MAX_EDGES:
             return None
@@ -577,8 +577,8 @@ class OfflinePlanner(BaseChatModel):
     ) -> list[tuple[str, dict[str, Any]]]:
         """``call`` (keys of ``label`` along one hop to the answer type) with its keys that reach more than
         :data:`ANCHOR_MAX` answers split off into a membership check among the answers of the other named
-        label with the fewest (``small``), or, when no label has so few, among the answers every named label
-        shares (``shared``); the call as it is when there is nothing to split or check against.
+        label with the fewest (``small``), or, when no other label has so few, among the answers every named
+        label shares (``shared``); the call as it is when there is nothing to split or check against.
 
         Why: "which document is about X and written by Y" asks for what X and Y have in common. Expanded
         one by one, each named entity's neighbourhood is read, ranked by relevance to the question and cut to
@@ -588,9 +588,7 @@ class OfflinePlanner(BaseChatModel):
         membership among those (``search_nodes`` ``among``), at the cost of their edges, and the common answers
         are found even where the cut or the sample would have dropped them. The counts come from the SKB's
         adjacency, as the hierarchy hops' keys do."""
-        others = [answers for other, answers in small.items() if other != label]
-        if shared is not None:
-            others = [shared]
+        others = [answers for other, answers in small.items() if other != label] or ([shared] if shared else [])
         if not others:
             return [call]
         name, args = call
