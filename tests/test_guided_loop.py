@@ -232,3 +232,14 @@ def test_the_menu_keeps_the_planner_ids_and_its_finish_order(recipes: IndexBundl
     assert view.menu[0] == [finish[0]]
     plain = round_view(schema_of(recipes), [], pool, "Recipe", [])
     assert plain.finish_keys == ["R1", "R2", "R3"]
+
+
+def test_a_call_line_says_how_many_list_values_it_leaves_out() -> None:
+    from agent.planning.guided import describe_call
+
+    line = describe_call(
+        {"name": "search_nodes", "args": {"keys": ["k1"], "rel_types": ["R"], "among": [f"m{i}" for i in range(40)]}},
+        {},
+    )
+    assert "among=[m0, m1, m2, m3, m4, m5, +34]" in line and "m6" not in line
+    assert "rel_types=[R]" in line  # a short list is shown whole, without a count

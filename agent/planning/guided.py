@@ -267,7 +267,8 @@ def describe_call(call: Mapping[str, Any], names: Mapping[str, str]) -> str:
             more = f", +{len(value) - 3}" if len(value) > 3 else ""
             parts.append(f"keys=[{', '.join(shown)}{more}]")
         elif isinstance(value, list):
-            parts.append(f"{arg}=[{', '.join(str(v) for v in value[:6])}]")
+            more = f", +{len(value) - 6}" if len(value) > 6 else ""  # a membership list holds up to 1,000 keys
+            parts.append(f"{arg}=[{', '.join(str(v) for v in value[:6])}{more}]")
         elif isinstance(value, str):
             parts.append(f"{arg}={quoted(_short(value, 120))}")
         else:
