@@ -66,9 +66,10 @@ SECOND_HOP_SEEDS = 10
 MAX_KEYS_PER_CALL = 200
 #: Keys finish returns (more than k: the agent keeps k, SAGE and metrics may look further).
 FINISH_KEYS = 100
-#: Most answers the rarest named entity may reach for the others to be checked by membership among them.
+#: Answers a named entity may reach along its hop and still be read whole; one with more is checked by membership
+#: among the answers of the question's other named entities (and those answers are listed only up to this many).
 ANCHOR_MAX = MAX_AMONG
-#: Degree above which a named entity is not the rarest one (its exact count along a hop is not computed).
+#: Degree past which a named entity counts as having unboundedly many answers (its count along a hop is not computed).
 HUB_DEGREE = 16 * ANCHOR_MAX
 #: Most edges the named entities may have in all for the planner to intersect their answers off the SKB.
 SHARED_MAX_EDGES = 2_000_000
@@ -597,7 +598,8 @@ class OfflinePlanner(BaseChatModel):
         if not big:
             return [call]
         among = min(others, key=len)
-        rest = [key for key in args["keys"] if key not in set(big)]
+        split = set(big)
+        rest = [key for key in args["keys"] if key not in split]
         calls = [(name, {**args, "keys": rest})] if rest else []
         return [*calls, (name, {**args, "keys": big, "among": among})]
 
