@@ -10,6 +10,9 @@ build writes the same SKB a second time as flat numpy arrays (``skb/compact/``):
   ``edge_props.bin`` + ``edge_props.off.npy`` (props of edges that have any);
 - ``out_ptr.npy``/``out_idx.npy`` and ``in_ptr.npy``/``in_idx.npy``: CSR adjacency (edge ids per
   node, in edge order), so ``out_edges``/``in_edges`` cost a slice, not a scan;
+- ``{out,in}_dense_{node,ptr,idx,rel}.npy``: the edges of dense nodes (more than :data:`DENSE_EDGES` on
+  one side) grouped by relation, so one relation of a hub costs a binary search and its own edges, not a
+  scan of all of the hub's (an index written before them reads the CSR alone, with the same results);
 - ``meta.json``: label and relation names, counts and the schema (``SKB.schema()``), stored with
   the digest of the code that computed it (a changed ``graphs/skb/model.py`` recomputes it).
 
@@ -29,7 +32,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast, overload
+from typing import Any, Literal, NamedTuple, cast, overload
 
 import numpy as np
 
@@ -46,6 +49,16 @@ _ARRAYS = (
     "out_ptr", "out_idx", "in_ptr", "in_idx",
 )
 _BLOBS = ("node_props.bin", "edge_props.bin")
+_SIDES = ("out", "in")
+_DENSE_PARTS = ("node", "ptr", "idx", "rel")
+
+#: A node with more edges than this on one side also keeps that side's edges grouped by relation.
+#: Why: a planner or a tool asks for one relation of a node (its broader terms, how many documents it is
+#: about) and a hub of a power-law graph has hundreds of thousands of edges of other relations, or of the
+#: same one with a label the schema already implies; filtering all of them cost milliseconds per call at
+#: 1M nodes, several calls per question. Below this size the scan costs microseconds, so small nodes keep
+#: one copy of their edges. A graph store does the same for dense nodes (relationship groups).
+DENSE_EDGES = 1024
 
 
 _DIGEST_LOCK = threading.Lock()
@@ -123,10 +136,13 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def write_compact(skb: SKB, directory: Path, schema: GraphSchema | None = None) -> list[Path]:
+def write_compact(
+    skb: SKB, directory: Path, schema: GraphSchema | None = None, *, dense_edges: int = DENSE_EDGES
+) -> list[Path]:
     """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written.
 
-    ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge)."""
+    ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge).
+    ``dense_edges``: see :data:`DENSE_EDGES` (tests lower it to exercise the grouped path on small graphs)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = list(skb.nodes)
@@ -157,6 +173,9 @@ def write_compact(skb: SKB, directory: Path, schema: GraphSchema | None = None) 
         "edge_rel": edge_rel, "edge_props.off": edge_off, "out_ptr": out_ptr, "out_idx": out_idx,
         "in_ptr": in_ptr, "in_idx": in_idx,
     }
+    for side, (ptr, idx) in zip(_SIDES, ((out_ptr, out_idx), (in_ptr, in_idx)), strict=True):
+        for part, array in zip(_DENSE_PARTS, dense_groups(ptr, idx, edge_rel, dense_edges), strict=True):
+            arrays[f"{side}_dense_{part}"] = array
     written: list[Path] = []
     for name, array in arrays.items():
         _save_npy(directory / f"{name}.npy", array)
@@ -208,6 +227,35 @@ def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr, order
+
+
+def dense_groups(
+    ptr: np.ndarray, idx: np.ndarray, edge_rel: np.ndarray, dense_edges: int = DENSE_EDGES
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One side's dense nodes (more than ``dense_edges`` edges there, ascending ids), their row pointers into
+    the next two arrays, their edge ids grouped by relation (edge order kept within a relation: a stable sort)
+    and the relation id of each (ascending within a node, for a binary search)."""
+    degree = np.diff(np.asarray(ptr))
+    dense = np.flatnonzero(degree > dense_edges).astype(np.int32)
+    lengths = degree[dense].astype(np.int64)
+    gptr = np.zeros(len(dense) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=gptr[1:])
+    total = int(gptr[-1])
+    # the positions of every dense node's segment in ``idx``, concatenated
+    positions = np.repeat(np.asarray(ptr)[dense] - gptr[:-1], lengths) + np.arange(total, dtype=np.int64)
+    edges = np.asarray(idx)[positions]
+    rels = np.asarray(edge_rel)[edges]
+    order = np.lexsort((rels, np.repeat(np.arange(len(dense), dtype=np.int64), lengths)))  # stable
+    return dense, gptr, edges[order].astype(np.int32), rels[order].astype(np.int32)
+
+
+class _Dense(NamedTuple):
+    """One side's dense-node relation groups, as :func:`dense_groups` wrote them, and each node's row."""
+
+    row: dict[int, int]
+    ptr: np.ndarray
+    idx: np.ndarray
+    rel: np.ndarray
 
 
 class _Blob:
@@ -331,6 +379,7 @@ class CompactSKB(SKB):
                 name_: np.asarray(np.load(compact / f"{name_}.npy", mmap_mode="r", allow_pickle=False))
                 for name_ in _ARRAYS
             }
+            dense = {side: _open_dense(compact, side, int(meta["edges"])) for side in _SIDES}
             keys = _loader()((compact / "node_keys.json").read_bytes())
             self._node_props = _Blob(compact / "node_props.bin")
             self._edge_props = _Blob(compact / "edge_props.bin")
@@ -352,6 +401,7 @@ class CompactSKB(SKB):
         self._edge_off = arrays["edge_props.off"]
         self._out_ptr, self._out_idx = arrays["out_ptr"], arrays["out_idx"]
         self._in_ptr, self._in_idx = arrays["in_ptr"], arrays["in_idx"]
+        self._dense: dict[str, _Dense | None] = dense
         shapes_ok = (
             len(keys) == n and self._node_label.shape == (n,) and self._node_off.shape == (n + 1,)
             and all(a.shape == (m,) for a in (self._edge_src, self._edge_dst, self._edge_rel, self._out_idx, self._in_idx))
@@ -373,6 +423,7 @@ class CompactSKB(SKB):
         self.nodes = cast("dict[str, Node]", _NodeMap(self))
         self.edges = cast("list[Edge]", _EdgeList(self))
         self._schema: GraphSchema | None = None
+        self._ends_by: dict[tuple[str, str, str], set[str]] | None = None
 
     # -- materialisation ---------------------------------------------------------------
     def _node_at(self, i: int) -> Node:
@@ -445,6 +496,50 @@ class CompactSKB(SKB):
                 found.extend((self._rels[int(r)], direction) for r in uniq[np.argsort(first)])
         return found
 
+    def _side(self, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row pointers, edge ids and the other end of each edge for one side (``out`` or ``in``)."""
+        if side == "out":
+            return self._out_ptr, self._out_idx, self._edge_dst
+        return self._in_ptr, self._in_idx, self._edge_src
+
+    def _rel_edges(self, i: int, side: str, rid: int) -> np.ndarray:
+        """Edge ids of node ``i`` on ``side`` of relation id ``rid``, in edge order: a dense node's group (a
+        binary search), else its row filtered."""
+        dense = self._dense.get(side)
+        row = None if dense is None else dense.row.get(i)
+        if dense is not None and row is not None:
+            lo, hi = int(dense.ptr[row]), int(dense.ptr[row + 1])
+            rels = dense.rel[lo:hi]
+            return dense.idx[lo + int(np.searchsorted(rels, rid, "left")) : lo + int(np.searchsorted(rels, rid, "right"))]
+        ptr, idx, _ = self._side(side)
+        edges = idx[ptr[i] : ptr[i + 1]]
+        return edges[self._edge_rel[edges] == rid]
+
+    def _ends_labelled(self, i: int, side: str, rid: int, lid: int) -> bool | None:
+        """True when every ``rid`` edge on ``side`` of node ``i`` ends at a node of label id ``lid`` by the
+        schema (its label and the relation admit no other), False when none can, None when it depends."""
+        if self._ends_by is None:  # built once; a race builds the same dict twice
+            ends: dict[tuple[str, str, str], set[str]] = {}
+            for r in self.schema().relations:
+                ends.setdefault((r.rel, "out", r.src_label), set()).add(r.dst_label)
+                ends.setdefault((r.rel, "in", r.dst_label), set()).add(r.src_label)
+            self._ends_by = ends
+        found = self._ends_by.get((self._rels[rid], side, self._labels[int(self._node_label[i])]), set())
+        label = self._labels[lid]
+        if found == {label}:
+            return True
+        return False if label not in found else None
+
+    def _ends(self, i: int, side: str, rid: int, lid: int | None) -> np.ndarray:
+        """The other ends (node ids) of ``_rel_edges``, only those of label id ``lid`` when given."""
+        _, _, other = self._side(side)
+        edges = self._rel_edges(i, side, rid)
+        implied = None if lid is None else self._ends_labelled(i, side, rid, lid)
+        if implied is False:
+            return np.zeros(0, dtype=other.dtype)
+        ends = other[edges]
+        return ends if lid is None or implied else ends[self._node_label[ends] == lid]
+
     def edge_count(
         self,
         key: str,
@@ -457,23 +552,29 @@ class CompactSKB(SKB):
             return 0
         if label is not None and label not in self._labels:
             return 0
-        rids = None if rels is None else np.asarray([self._rels.index(r) for r in rels if r in self._rels])
         lid = None if label is None else self._labels.index(label)
-        sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        if direction in ("out", "both"):
-            sides.append((self._out_ptr, self._out_idx, self._edge_dst))
-        if direction in ("in", "both"):
-            sides.append((self._in_ptr, self._in_idx, self._edge_src))
         count = 0
-        for n, (ptr, idx, other) in enumerate(sides):
-            edges = idx[ptr[i] : ptr[i + 1]]
-            if n == 1:  # a self-loop is counted on the outgoing side
-                edges = edges[self._edge_src[edges] != self._edge_dst[edges]]
-            if rids is not None:
-                edges = edges[np.isin(self._edge_rel[edges], rids)]
-            if lid is not None:
-                edges = edges[self._node_label[other[edges]] == lid]
-            count += len(edges)
+        for side in _SIDES:
+            if direction not in (side, "both"):
+                continue
+            loops = direction == "both" and side == "in"  # a self-loop is counted on the outgoing side
+            if rels is None:
+                ptr, idx, other = self._side(side)
+                edges = idx[ptr[i] : ptr[i + 1]]
+                if loops:
+                    edges = edges[other[edges] != i]
+                count += len(edges) if lid is None else int(np.count_nonzero(self._node_label[other[edges]] == lid))
+                continue
+            for rid in dict.fromkeys(self._rels.index(r) for r in rels if r in self._rels):
+                if loops:
+                    ends = self._ends(i, side, rid, lid)
+                    count += int(np.count_nonzero(ends != i))
+                elif lid is None:
+                    count += len(self._rel_edges(i, side, rid))
+                else:
+                    implied = self._ends_labelled(i, side, rid, lid)
+                    count += (len(self._rel_edges(i, side, rid)) if implied
+                              else 0 if implied is False else len(self._ends(i, side, rid, lid)))
         return count
 
     def neighbor_ids(
@@ -484,40 +585,14 @@ class CompactSKB(SKB):
             return np.zeros(0, dtype=np.int64)
         rid = self._rels.index(rel)
         lid = None if label is None else self._labels.index(label)
-        parts: list[np.ndarray] = []
-        for side in ("out", "in"):
-            if direction not in (side, "both"):
-                continue
-            ptr, idx, other = ((self._out_ptr, self._out_idx, self._edge_dst) if side == "out"
-                               else (self._in_ptr, self._in_idx, self._edge_src))
-            edges = idx[ptr[i] : ptr[i + 1]]
-            ends = other[edges[self._edge_rel[edges] == rid]]
-            parts.append(ends if lid is None else ends[self._node_label[ends] == lid])
+        parts = [self._ends(i, side, rid, lid) for side in _SIDES if direction in (side, "both")]
         return np.concatenate(parts).astype(np.int64, copy=False)
 
     def neighbor_keys(
         self, key: str, rel: str, direction: Literal["out", "in", "both"] = "both", label: str | None = None
     ) -> list[str]:
-        i = self._index.get(key)
-        if i is None or rel not in self._rels:
-            return []
-        rid = self._rels.index(rel)
-        sides: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        if direction in ("out", "both"):
-            sides.append((self._out_ptr, self._out_idx, self._edge_dst))
-        if direction in ("in", "both"):
-            sides.append((self._in_ptr, self._in_idx, self._edge_src))
-        if label is not None and label not in self._labels:
-            return []
-        lid = None if label is None else self._labels.index(label)
-        found: list[str] = []
-        for ptr, idx, other in sides:
-            edges = idx[ptr[i] : ptr[i + 1]]
-            ends = other[edges[self._edge_rel[edges] == rid]]
-            if lid is not None:
-                ends = ends[self._node_label[ends] == lid]
-            found.extend(self._keys[int(j)] for j in ends)
-        return found
+        keys = self._keys
+        return [keys[j] for j in self.neighbor_ids(key, rel, direction, label).tolist()]
 
     def stats(self) -> dict[str, Any]:
         node_counts = np.bincount(self._node_label, minlength=len(self._labels))
@@ -575,6 +650,19 @@ class CompactSKB(SKB):
     def positions(self, keys: Sequence[str]) -> np.ndarray:
         """Node ids (positions in node order) of ``keys``; KeyError for a key not in the SKB."""
         return np.fromiter((self._index[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def _open_dense(compact: Path, side: str, edges: int) -> _Dense | None:
+    """One side's relation groups of dense nodes, or None for an index written before them (the CSR alone
+    serves it, with the same results). ValueError when they are there but inconsistent."""
+    paths = [compact / f"{side}_dense_{part}.npy" for part in _DENSE_PARTS]
+    if not all(path.exists() for path in paths):
+        return None
+    node, ptr, idx, rel = (np.asarray(np.load(path, mmap_mode="r", allow_pickle=False)) for path in paths)
+    total = int(ptr[-1]) if len(ptr) else -1
+    if len(ptr) != len(node) + 1 or idx.shape != (total,) or rel.shape != (total,) or total > edges:
+        raise ValueError(f"the {side} dense-node groups have inconsistent lengths")
+    return _Dense({int(i): j for j, i in enumerate(node.tolist())}, ptr, idx, rel)
 
 
 def _first_seen(ids: np.ndarray) -> list[int]:
