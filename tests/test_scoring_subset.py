@@ -174,7 +174,7 @@ def test_the_model_from_the_skb_arrays_equals_one_built_edge_by_edge(
         assert len(skb.nodes._cache) == 0  # type: ignore[attr-defined]  # no Node object was built
     for (target, term), model in models.items():
         terms, targets, direct, parents = _reference_model(skb, target, term)
-        assert model.terms == terms and model.targets == targets
+        assert list(model.terms) == terms and list(model.targets) == targets
         assert np.array_equal(model.direct.toarray(), direct)
         for i, broader in enumerate(parents):
             assert set(broader) <= set(model.ancestors.indices[model.ancestors.indptr[i] : model.ancestors.indptr[i + 1]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -150,7 +150,7 @@ class EmbeddingMatrix:
     those neighbours; asking the HNSW index for one vector per key costs a Python round trip each.
     """
 
-    def __init__(self, keys: list[str], matrix: np.ndarray) -> None:
+    def __init__(self, keys: Sequence[str], matrix: np.ndarray) -> None:
         self.row = {key: i for i, key in enumerate(keys)}
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.matrix.setflags(write=False)
@@ -176,7 +176,7 @@ def embedding_matrix(bundle: IndexBundle) -> EmbeddingMatrix:
         hit = _matrices.get(id(hnsw))
         if hit is not None and hit[0] is hnsw:
             return hit[1]
-        keys = list(hnsw.keys)
+        keys = hnsw.keys  # a tuple (graphs.heap)
         matrix = EmbeddingMatrix(keys, hnsw.vectors(keys))
         _matrices[id(hnsw)] = (hnsw, matrix)
         for ident in [i for i, (h, _) in _matrices.items() if h is not hnsw and i != id(hnsw)][:-3]:

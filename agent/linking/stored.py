@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -126,7 +126,9 @@ def stored_definitions(skb: SKB) -> Any:
 class _StoredTable(Mapping[tuple[str, ...], list[Any]]):
     """The lexicon's token tuple -> entries table over the stored arrays; entries built on first lookup."""
 
-    def __init__(self, tokens: list[str], arrays: dict[str, np.ndarray], keys: list[str], case: dict[str, str]):
+    def __init__(
+        self, tokens: Sequence[str], arrays: dict[str, np.ndarray], keys: Sequence[str], case: dict[str, str]
+    ):
         self._tokens = tokens
         self._row = {joined: i for i, joined in enumerate(tokens)}
         self._ptr, self._node, self._primary = arrays["ptr"], arrays["node"], arrays["primary"]
@@ -165,7 +167,7 @@ class _StoredTable(Mapping[tuple[str, ...], list[Any]]):
 class _StoredIndex(Mapping[str, list[tuple[str, ...]]]):
     """The lexicon's token -> name tuples index over the stored arrays."""
 
-    def __init__(self, vocab: list[str], arrays: dict[str, np.ndarray], tokens: list[str]) -> None:
+    def __init__(self, vocab: Sequence[str], arrays: dict[str, np.ndarray], tokens: Sequence[str]) -> None:
         self._vocab = vocab
         self._pos = {t: i for i, t in enumerate(vocab)}
         self._ptr, self._rows = arrays["by_ptr"], arrays["by_rows"]
@@ -197,8 +199,8 @@ def stored_lexicon(skb: SKB) -> Any:
     if found is None:
         return None
     meta, arrays = found
-    tokens: list[str] = meta["tokens"]
-    vocab: list[str] = meta["vocab"]
+    tokens: Sequence[str] = meta["tokens"]  # tuples (graphs.heap)
+    vocab: Sequence[str] = meta["vocab"]
     return Lexicon(
         table=cast("dict[tuple[str, ...], list[Any]]", _StoredTable(tokens, arrays, node_keys(skb), meta["case"])),
         max_len=int(meta["max_len"]),
@@ -216,7 +218,7 @@ def stored_names(skb: SKB) -> dict[str, list[str]] | None:
         return None
     names = found[0].get("names")
     keys = node_keys(skb)
-    if not isinstance(names, list) or len(names) != len(keys):
+    if not isinstance(names, list | tuple) or len(names) != len(keys):
         return None
     table: dict[str, list[str]] = defaultdict(list)
     for name, key in zip(names, keys, strict=True):

@@ -213,9 +213,9 @@ class AnnotationModel:
     ``ic``: information content per term (0 for the root, ``max_ic`` for unannotated terms).
     """
 
-    terms: list[str]
+    terms: Sequence[str]
     term_index: dict[str, int]
-    targets: list[str]
+    targets: Sequence[str]
     target_index: dict[str, int]
     ancestors: sparse.csr_matrix
     direct: sparse.csr_matrix
@@ -583,6 +583,10 @@ def _build_ancestors(n: int, parents: list[list[int]]) -> sparse.csr_matrix:
             cols.extend(anc)
     finally:
         sys.setrecursionlimit(old)
+        # ``visit`` refers to itself through its closure, a cycle that lives until a full collection of the
+        # garbage collector: what it holds (a set per term, the caller's parent lists) is released now
+        closure.clear()
+        parents = []
     data = np.ones(len(rows), dtype=np.float32)
     return sparse.csr_matrix((data, (np.array(rows), np.array(cols))), shape=(n, n))
 
@@ -616,9 +620,9 @@ def build_model(
         return pos
 
     term_ids, target_ids = of_label(annotation.term_label), of_label(annotation.target_label)
-    terms = [keys[i] for i in term_ids.tolist()]
+    terms = tuple(keys[i] for i in term_ids.tolist())  # tuples: graphs.heap
     term_index = {k: i for i, k in enumerate(terms)}
-    targets = [keys[i] for i in target_ids.tolist()]
+    targets = tuple(keys[i] for i in target_ids.tolist())
     target_index = {k: i for i, k in enumerate(targets)}
     term_pos, target_pos = positions(term_ids), positions(target_ids)
 

@@ -149,8 +149,8 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
     has, hierarchy = stored_hierarchy(skb, term_label)
     keys = node_keys(skb)
     tag = spec["tag"]
-    terms = [keys[i] for i in arrays[f"{tag}.terms"].tolist()]
-    targets = [keys[i] for i in arrays[f"{tag}.targets"].tolist()]
+    terms = tuple(keys[i] for i in arrays[f"{tag}.terms"].tolist())  # tuples: graphs.heap
+    targets = tuple(keys[i] for i in arrays[f"{tag}.targets"].tolist())
     shape_tt = (len(targets), len(terms))
 
     def matrix(name: str, kind: type[sparse.csr_matrix | sparse.csc_matrix], shape: tuple[int, int]) -> Any:

@@ -29,6 +29,7 @@ import numpy as np
 import Stemmer
 
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.heap import table
 from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file, verify_checksums
 
 __all__ = ["BM25Index"]
@@ -53,8 +54,8 @@ class BM25Index:
         stemmer: str | None,
         stopwords: str | list[str] | None,
     ) -> None:
-        self.keys = keys
-        self.labels = labels
+        self.keys = table(keys)  # graphs.heap: untracked by the garbage collector
+        self.labels = table(labels)
         self.stemmer_language = stemmer
         self.stopwords = stopwords
         self._retriever = retriever

@@ -21,6 +21,7 @@ import hnswlib
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.heap import table
 from graphs.manifest import (
     HNSWParams,
     atomic_write_bytes,
@@ -80,8 +81,8 @@ class HNSWIndex:
         *,
         vectors: np.ndarray | None = None,
     ) -> None:
-        self.keys = keys
-        self.labels = labels
+        self.keys = table(keys)  # graphs.heap: untracked by the garbage collector
+        self.labels = table(labels)
         self.dim = dim
         self.params = params
         self._global_src = global_index

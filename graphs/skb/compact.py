@@ -37,6 +37,7 @@ from typing import Any, Literal, NamedTuple, cast, overload
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
+from graphs.heap import table
 from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
 from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
 
@@ -392,7 +393,7 @@ class CompactSKB(SKB):
                 f"the compact SKB in {compact} cannot be read ({exc}) -- {rebuild_hint(index_dir)}"
             ) from exc
         n, m = int(meta["nodes"]), int(meta["edges"])
-        self._keys: list[str] = keys
+        self._keys: tuple[str, ...] = table(keys)  # graphs.heap: untracked by the garbage collector
         self._node_label = arrays["node_label"]
         self._node_off = arrays["node_props.off"]
         self._edge_src = arrays["edge_src"]
@@ -644,7 +645,7 @@ class CompactSKB(SKB):
         """Relation names and the (rel id, src id, dst id) arrays of every edge (in edge order)."""
         return self._rels, self._edge_rel, self._edge_src, self._edge_dst
 
-    def node_keys(self) -> list[str]:
+    def node_keys(self) -> Sequence[str]:
         return self._keys
 
     def positions(self, keys: Sequence[str]) -> np.ndarray:

@@ -320,7 +320,7 @@ class SKB:
         return count
 
     # -- arrays for vectorised consumers (a memory-mapped SKB stores them; this builds them per call) ----
-    def node_keys(self) -> list[str]:
+    def node_keys(self) -> Sequence[str]:
         """Node keys in node order (the order of ``label_ids`` and ``edge_arrays``)."""
         return list(self.nodes)
 

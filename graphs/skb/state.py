@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from graphs.errors import IndexCorruptError
+from graphs.heap import table, untracked_meta
 from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
 from graphs.skb.model import SKB, GraphSchema
 from graphs.skb.profile import profile_for
@@ -112,6 +113,7 @@ def _read(skb: SKB, name: str, digest: str) -> Record | None:
         meta = record["meta"]
         if not isinstance(meta, dict):
             raise TypeError("meta is not an object")
+        meta = untracked_meta(meta)  # kept for the process: tables as tuples (graphs.heap)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         index_dir = directory.parent.parent
         raise IndexCorruptError(
@@ -160,10 +162,11 @@ def precompute(skb: SKB, state_dir: Path, schema: GraphSchema | None = None) -> 
         func(skb, state_dir, schema)
 
 
-def node_keys(skb: SKB) -> list[str]:
-    """The SKB's node keys in node order: the positions stored records refer to nodes by."""
+def node_keys(skb: SKB) -> tuple[str, ...]:
+    """The SKB's node keys in node order: the positions stored records refer to nodes by (the compact SKB's
+    own tuple, not a copy)."""
     keys = getattr(skb, "node_keys", None)
-    return list(keys()) if callable(keys) else list(skb.nodes)
+    return table(keys()) if callable(keys) else tuple(skb.nodes)
 
 
 def stored_record(skb: SKB, record: str, digest: Callable[[SKB], str]) -> Record | None:

@@ -1,0 +1,50 @@
+"""Tables that grow with the graph are not walked by the garbage collector: after a question, no container
+the collector still tracks holds one entry per node (keys, labels) or a list of node keys (the scoring
+models' targets and terms, the lexicon's rows). A full collection visits every element of every tracked
+container, so such tables made each collection, and the question it interrupts, slower as the graph grew."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+from agent.api import ask
+from agent.config import AgentConfig
+from graphs.bundle import IndexBundle
+from graphs.heap import table, untracked_meta
+
+
+def test_read_only_tables_are_tuples_and_json_metas_hold_them() -> None:
+    values = ["a", "b"]
+    assert table(values) == ("a", "b") and table(tup := ("x",)) is tup
+    meta = untracked_meta({"keys": ["n1", "n2"], "nested": {"by": ["x"]}, "rows": [["a"], ["b"]], "n": 2})
+    assert meta == {"keys": ("n1", "n2"), "nested": {"by": ("x",)}, "rows": [["a"], ["b"]], "n": 2}
+
+
+def _per_node_lists(keys: set[str], labels: set[str]) -> dict[int, int]:
+    """id -> length of each list the collector tracks that holds node keys only, or one label per node."""
+    n = len(keys)
+    return {
+        id(obj): len(obj)
+        for obj in gc.get_objects()  # tracked objects only
+        if type(obj) is list
+        and len(obj) >= min(50, n // 2)
+        and all(type(item) is str for item in obj)
+        and (all(item in keys for item in obj) or (len(obj) == n and set(obj) <= labels))
+    }
+
+
+def test_no_tracked_container_holds_a_per_node_table_after_a_question(
+    hpo_index_dir: Path, hpo_bundle: IndexBundle
+) -> None:
+    keys, labels = set(hpo_bundle.skb.nodes), set(hpo_bundle.skb.labels())
+    gc.collect()
+    before = _per_node_lists(keys, labels)  # other tests' in-memory SKBs and models
+    bundle = IndexBundle.open(hpo_index_dir)
+    try:
+        ask("Which disease is characterized by seizures and microcephaly?", bundle=bundle, config=AgentConfig())
+        gc.collect()
+        offenders = {i: n for i, n in _per_node_lists(keys, labels).items() if i not in before}
+        assert not offenders
+    finally:
+        bundle.close()
