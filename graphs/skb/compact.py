@@ -534,11 +534,10 @@ class CompactSKB(SKB):
     def _ends(self, i: int, side: str, rid: int, lid: int | None) -> np.ndarray:
         """The other ends (node ids) of ``_rel_edges``, only those of label id ``lid`` when given."""
         _, _, other = self._side(side)
-        edges = self._rel_edges(i, side, rid)
         implied = None if lid is None else self._ends_labelled(i, side, rid, lid)
         if implied is False:
             return np.zeros(0, dtype=other.dtype)
-        ends = other[edges]
+        ends = other[self._rel_edges(i, side, rid)]
         return ends if lid is None or implied else ends[self._node_label[ends] == lid]
 
     def edge_count(
@@ -570,12 +569,10 @@ class CompactSKB(SKB):
                 if loops:
                     ends = self._ends(i, side, rid, lid)
                     count += int(np.count_nonzero(ends != i))
-                elif lid is None:
+                elif lid is None or self._ends_labelled(i, side, rid, lid):  # no label, or the schema's only one
                     count += len(self._rel_edges(i, side, rid))
                 else:
-                    implied = self._ends_labelled(i, side, rid, lid)
-                    count += (len(self._rel_edges(i, side, rid)) if implied
-                              else 0 if implied is False else len(self._ends(i, side, rid, lid)))
+                    count += len(self._ends(i, side, rid, lid))
         return count
 
     def neighbor_ids(
