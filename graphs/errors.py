@@ -73,5 +73,30 @@ class IndexCorruptError(IndexError_):
     """An index file fails its checksum or cannot be parsed."""
 
 
+# -- errors raised next to the code that detects them, gathered here so every public error is an SKBError --
+
+
+class QueryTooComplexError(CypherValidationError):
+    """A query would cost the server unbounded parse time or memory; refused before it is sent."""
+
+
+class ParameterValueError(CypherValidationError):
+    """A query parameter value cannot be sent to the graph server faithfully."""
+
+
+class TraceNotFoundError(SKBError):
+    """No run in the trace database matches the given id (or the prefix is ambiguous)."""
+
+
+class NearJSONError(SKBError, ValueError):
+    """The text holds no JSON value we could recover (a ValueError too: parsing code catches that)."""
+
+
+class GuidedCallError(SKBError, ValueError):
+    """The model's call names something the round did not offer; the message says what and what is valid.
+
+    A ValueError too, as it was before it joined the root."""
+
+
 class PlannerError(SKBError):
     """The planner (LLM or offline) failed in a way retries could not repair."""

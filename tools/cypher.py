@@ -17,7 +17,9 @@ from pydantic import Field, field_validator
 
 from graphs.errors import (
     CypherValidationError,
+    ParameterValueError,
     QueryTimeoutError,
+    QueryTooComplexError,
     ReadOnlyViolationError,
     SKBError,
     StoreError,
@@ -28,8 +30,6 @@ from graphs.skb.model import GraphSchema
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
     MAX_RANGE_ELEMENTS,
-    ParameterValueError,
-    QueryTooComplexError,
     check_against_schema,
     check_params,
     check_read_only,

@@ -38,7 +38,7 @@ from langchain_core.tracers.schemas import Run
 from pydantic import BaseModel, Field
 
 from agent.results import StageUsage
-from graphs.errors import ConfigError, SKBError
+from graphs.errors import ConfigError, SKBError, TraceNotFoundError
 
 __all__ = [
     "DEFAULT_TRACE_FILE",
@@ -82,10 +82,6 @@ QUEUE_MAX_BYTES = 32 * 1024 * 1024
 QUEUE_WAIT_S = 0.5
 #: Size the WAL file is truncated to after each checkpoint.
 WAL_LIMIT_BYTES = 16 * 1024 * 1024
-
-
-class TraceNotFoundError(SKBError):
-    """No run in the trace database matches the given id (or the prefix is ambiguous)."""
 
 
 # -- safe serialisation ------------------------------------------------------------------

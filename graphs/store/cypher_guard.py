@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from graphs.errors import CypherValidationError, ReadOnlyViolationError
+from graphs.errors import CypherValidationError, ParameterValueError, QueryTooComplexError, ReadOnlyViolationError
 from graphs.skb.model import GraphSchema
 
 ALLOWED_PROCEDURE_NAMES: tuple[str, ...] = (
@@ -548,14 +548,6 @@ MAX_PARAM_DEPTH = 32
 """Deepest nesting of lists and maps in a query parameter value."""
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-class QueryTooComplexError(CypherValidationError):
-    """A query would cost the server unbounded parse time or memory; refused before it is sent."""
-
-
-class ParameterValueError(CypherValidationError):
-    """A query parameter value cannot be sent to the graph server faithfully."""
 
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
