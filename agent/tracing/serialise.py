@@ -1,0 +1,162 @@
+"""Safe serialisation of run payloads: messages, pydantic models, arrays and cycles become bounded JSON.
+
+Why its own room: it runs on the agent's thread for every traced run, so it must be cheap and must never
+raise; the store and the viewer only ever see its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+MAX_STRING_CHARS = 8_000
+MAX_LIST_ITEMS = 200
+MAX_DEPTH = 24
+MAX_PAYLOAD_CHARS = 400_000
+
+
+def _truncate(text: str, limit: int = MAX_STRING_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [truncated {len(text) - limit} chars]"
+
+
+def _message_dict(msg: Any) -> dict[str, Any]:
+    """A LangChain message as the compact dict the viewer shows (no empty fields)."""
+    out: dict[str, Any] = {"type": getattr(msg, "type", type(msg).__name__)}
+    for field in ("name", "content", "tool_calls", "invalid_tool_calls", "tool_call_id", "status", "usage_metadata"):
+        value = getattr(msg, field, None)
+        if value not in (None, "", [], {}):
+            out[field] = value
+    artifact = getattr(msg, "artifact", None)
+    if artifact is not None:
+        out["artifact"] = artifact
+    return out
+
+
+def _lc_serialised_message(value: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`dumpd(message)` output ({"lc": 1, "type": "constructor", "id": [..., "AIMessage"], "kwargs": {...}})."""
+    ident = value.get("id")
+    kwargs = value.get("kwargs")
+    if value.get("lc") != 1 or not isinstance(ident, list) or not ident or not isinstance(kwargs, Mapping):
+        return None
+    cls = str(ident[-1])
+    if not cls.endswith("Message") and not cls.endswith("MessageChunk"):
+        return None
+    kind = kwargs.get("type") or cls.replace("MessageChunk", "").replace("Message", "").lower()
+    out: dict[str, Any] = {"type": kind}
+    for field in ("name", "content", "tool_calls", "invalid_tool_calls", "tool_call_id", "status", "usage_metadata"):
+        item = kwargs.get(field)
+        if item not in (None, "", [], {}):
+            out[field] = item
+    return out
+
+
+def to_jsonable(
+    value: Any, *, max_string: int = MAX_STRING_CHARS, _depth: int = 0, _seen: set[int] | None = None
+) -> Any:
+    """A JSON-safe copy of ``value``: messages, pydantic models, dataclasses, numpy, paths, UUIDs and
+    datetimes become plain data; long strings and lists are cut with a marker; anything else becomes
+    a short repr. Never raises -- a trace must not break the run it records."""
+    seen = _seen if _seen is not None else set()
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _truncate(value, max_string)
+    if _depth >= MAX_DEPTH:
+        return f"<{type(value).__name__}: max depth>"
+    if isinstance(value, UUID | Path):
+        return str(value)
+    if isinstance(value, _dt.datetime | _dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    ident = id(value)
+    if ident in seen:
+        return f"<cycle: {type(value).__name__}>"
+    seen.add(ident)
+    try:
+        return _to_jsonable_container(value, max_string, _depth, seen)
+    except Exception as exc:  # noqa: BLE001 -- serialisation of arbitrary objects must never fail the run
+        return _truncate(f"<unserialisable {type(value).__name__}: {exc}>", 300)
+    finally:
+        seen.discard(ident)
+
+
+def _to_jsonable_container(value: Any, max_string: int, depth: int, seen: set[int]) -> Any:
+    def rec(item: Any) -> Any:
+        return to_jsonable(item, max_string=max_string, _depth=depth + 1, _seen=seen)
+
+    if isinstance(value, Mapping):
+        lc_msg = _lc_serialised_message(value)
+        if lc_msg is not None:
+            return rec(lc_msg)
+        out: dict[str, Any] = {}
+        for i, (key, item) in enumerate(value.items()):
+            if i >= MAX_LIST_ITEMS:
+                out["..."] = f"[{len(value) - MAX_LIST_ITEMS} more keys]"
+                break
+            out[str(key)] = rec(item)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        converted = [rec(item) for item in items[:MAX_LIST_ITEMS]]
+        if len(items) > MAX_LIST_ITEMS:
+            converted.append(f"... [{len(items) - MAX_LIST_ITEMS} more items]")
+        return converted
+    if hasattr(value, "type") and hasattr(value, "content") and hasattr(value, "additional_kwargs"):
+        return rec(_message_dict(value))
+    if isinstance(value, BaseModel):
+        return rec(value.model_dump(mode="json"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return rec(dataclasses.asdict(value))
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
+        return rec(value.tolist())
+    return _truncate(repr(value), 300)
+
+
+def _fast_default(obj: Any) -> Any:
+    """One level of conversion for the C encoder (it recurses into what this returns)."""
+    if hasattr(obj, "type") and hasattr(obj, "content") and hasattr(obj, "additional_kwargs"):
+        return _message_dict(obj)
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, UUID | Path | set | frozenset | tuple | bytes | bytearray | _dt.datetime | _dt.date):
+        return to_jsonable(obj)
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):
+        return obj.tolist()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return _truncate(repr(obj), 300)
+
+
+def _dump_payload(value: Any, *, compact: bool = False) -> str | None:
+    """JSON text of a run payload, capped at MAX_PAYLOAD_CHARS (a preview replaces anything larger).
+
+    The fast path lets the C encoder walk plain dicts/lists/strings and converts only foreign
+    objects (messages, models, arrays); it runs on the agent's thread for every run, so it must be
+    cheap. ``compact=True`` (LLM runs) or a failing/oversized fast path uses `to_jsonable` throughout,
+    which also shortens serialised messages and cuts long strings and lists."""
+    if value is None:
+        return None
+    text: str | None = None
+    if not compact:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=_fast_default)
+        except (TypeError, ValueError, RecursionError):
+            text = None
+    if text is None or len(text) > MAX_PAYLOAD_CHARS:
+        text = json.dumps(to_jsonable(value), ensure_ascii=False, default=str)
+    if len(text) > MAX_PAYLOAD_CHARS:
+        text = json.dumps({"_truncated": True, "chars": len(text), "preview": text[: MAX_PAYLOAD_CHARS // 4]})
+    return text
