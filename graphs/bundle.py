@@ -9,20 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import gzip
-import json
 import logging
 import os
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
+from graphs.bundle_load import (
+    _check_artifacts,
+    _check_graph,
+    _dir_identity,
+    _load_similarity,
+    _load_skb,
+    _manifest_stamp,
+    _Parts,
+)
 from graphs.errors import ConfigError, IndexNotFoundError, StageMissingError
 from graphs.loaders import DATASETS
 from graphs.skb.model import SKB, GraphSchema, Node
@@ -38,10 +44,6 @@ if TYPE_CHECKING:
 
 SearchMode = Literal["bm25", "vss", "hybrid"]
 FusionMethod = Literal["minmax", "rrf", "dice"]
-#: Dice fusion: the best hybrid hits whose one-hop triples become evidence (graph side), and the
-#: most edges read per such node (hubs have thousands; stored order, the rest ignored).
-DICE_SEED_NODES = 10
-DICE_TRIPLES_PER_SEED = 1000
 #: Seconds between two checks that a live source database (``--dataset neo4j``) is still the one indexed.
 SOURCE_CHECK_INTERVAL_S = 30.0
 #: Node texts whose content words a bundle keeps for Dice fusion (then the cache starts over).
@@ -497,67 +499,16 @@ class IndexBundle:
         return [self._hit(key, score, mode) for key, score in ranked]
 
     def _dice_search(self, text: str, k: int, label: str | None, weight: float) -> list[tuple[str, float]]:
-        """Dice fusion: passages are the BM25 and dense hits (of ``label``); triples are the edges of
-        the best ``DICE_SEED_NODES`` hybrid hits of any type, verbalised ``src name, rel words, dst
-        name`` and credited to the neighbour; dense is every candidate's cosine to ``text``."""
-        from itertools import chain, islice
-
-        import numpy as np
-
-        from graphs.index.hybrid import content_words, dice_fuse, fuse
+        """Dice fusion (``graphs.index.hybrid.dice_search``) over the current build, with the content words
+        of node texts kept per build: a reload brings a new SKB object, and with it an empty cache."""
+        from graphs.index.hybrid import dice_search
 
         skb = self.skb
-        pool = max(k * 5, 100)
         query = self.embedder.embed_query(text)
-        lexical_any = self.bm25.search(text, pool)
-        dense_any = self.hnsw.search(query, pool)
-        if label is None:
-            lexical, dense_hits = lexical_any, dense_any
-        else:
-            lexical, dense_hits = self.bm25.search(text, pool, label=label), self.hnsw.search(query, pool, label=label)
-        # content words of node texts, kept per build (a reload brings a new SKB object, and with it
-        # an empty cache): building node texts was 3/4 of a Dice search
         cached = self._dice_words
         if cached is None or cached[0] is not skb or len(cached[1]) > DICE_WORDS_CACHE:
             cached = self._dice_words = (skb, {})
-        text_words: dict[str, frozenset[str]] = cached[1]
-        passages: dict[str, frozenset[str]] = {}
-        for key, _ in [*lexical, *dense_hits]:
-            if key in passages or key not in skb.nodes:
-                continue
-            got = text_words.get(key)
-            if got is None:
-                got = text_words[key] = content_words(skb.node_text(key))
-            passages[key] = got
-        seeds = [key for key, _ in fuse(lexical_any, dense_any, weight=weight)[:DICE_SEED_NODES]]
-        names: dict[str, frozenset[str]] = {}
-
-        def words(key: str) -> frozenset[str]:
-            got = names.get(key)
-            if got is None:
-                got = names[key] = content_words(skb.nodes[key].name)
-            return got
-
-        triples: list[tuple[str, frozenset[str]]] = []
-        for seed in seeds:
-            if seed not in skb.nodes:
-                continue
-            edges = chain(((e, e.dst) for e in skb.out_edges(seed)), ((e, e.src) for e in skb.in_edges(seed)))
-            for edge, other in islice(edges, DICE_TRIPLES_PER_SEED):
-                node = skb.nodes.get(other)
-                if node is None or other == seed or (label is not None and node.label != label):
-                    continue
-                rel = names.get("\0" + edge.rel)
-                if rel is None:
-                    rel = names["\0" + edge.rel] = content_words(edge.rel.replace("_", " "))
-                triples.append((other, words(edge.src) | rel | words(edge.dst)))
-        dense: dict[str, float] = {key: float(sim) for key, sim in [*dense_any, *dense_hits]}
-        missing = sorted(key for key in set(passages) | {key for key, _ in triples} if key not in dense)
-        known = [key for key in missing if key in self.hnsw]
-        if known:
-            sims = self.hnsw.vectors(known) @ np.asarray(query, dtype=np.float32)
-            dense.update({key: float(sim) for key, sim in zip(known, sims, strict=True)})
-        return dice_fuse(text, passages, triples, dense, weight=weight, k=k)
+        return dice_search(skb, self.bm25, self.hnsw, query, text, k, label, weight, cached[1])
 
     def _hit(self, key: str, score: float, source: str) -> SearchHit:
         node = self.skb.nodes[key]
@@ -576,133 +527,3 @@ class IndexBundle:
         self.close()
 
 
-_NOTED: set[str] = set()
-
-
-def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
-    """The memory-mapped SKB when the build wrote it (and the manifest covers it), else the JSON lines.
-
-    An index built before the compact arrays existed keeps working as it did (parsed, seconds on a
-    large SKB); one note per process says how to get the fast start.
-    """
-    from graphs.skb.compact import COMPACT_DIR, META_FILE, open_compact
-
-    listed = f"skb/{COMPACT_DIR}/{META_FILE}"
-    if listed in manifest.listed():
-        return open_compact(index_dir / "skb")
-    from graphs.loaders.jsonl import load_jsonl
-
-    if str(index_dir) not in _NOTED:
-        _NOTED.add(str(index_dir))
-        _log.warning(
-            "note: the index at %s predates the fast-start artifacts; rebuild it for a fast start with "
-            "`skb index --force --index-dir %s`", index_dir, index_dir,
-        )
-    return load_jsonl(index_dir / "skb")
-
-
-def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:
-    """The manifest describes the loaded parts: dimension, HNSW parameters and counts agree.
-
-    Checksums prove the files are the ones the build wrote, but the manifest itself is not
-    checksummed: an edited ``embedder.dim`` or ``counts`` would otherwise pass and mislead every
-    consumer that trusts the manifest (the embedder check, ``skb stats``, the agent's schema)."""
-    from graphs.errors import IndexCorruptError
-    from graphs.manifest import rebuild_hint
-
-    stats = skb.stats()
-    edges = {rel: n for rel, n in manifest.counts.edges.items() if rel != "IS_SIMILAR"}
-    by_label: dict[str, int] = defaultdict(int)
-    for label in hnsw.labels:
-        by_label[label] += 1
-    problems = []
-    if hnsw.dim != manifest.embedder.dim:
-        problems.append(f"embedder.dim is {manifest.embedder.dim} but hnsw/ holds {hnsw.dim}-dimensional vectors")
-    for name in ("M", "ef_construction"):
-        recorded, found = getattr(manifest.hnsw, name), getattr(hnsw.params, name)
-        if recorded != found:
-            problems.append(f"hnsw.{name} is {recorded} but hnsw/ was built with {found}")
-    if stats["nodes"] != manifest.counts.nodes:
-        problems.append(f"counts.nodes is {manifest.counts.nodes} but skb/ holds {stats['nodes']}")
-    if stats["edges"] != edges:
-        problems.append(f"counts.edges is {edges} but skb/ holds {stats['edges']}")
-    staged = "vectors" in (manifest.extra.get("missing") or []) and len(hnsw) == 0
-    if (dict(by_label) != stats["nodes"] and not staged) or len(bm25) != len(skb.nodes):
-        problems.append(
-            f"skb/ holds {len(skb.nodes)} nodes, hnsw/ {len(hnsw)} vectors and bm25/ {len(bm25)} documents"
-        )
-    if problems:
-        raise IndexCorruptError(
-            f"the manifest of {index_dir} does not match the index files: {'; '.join(problems)}; the manifest "
-            f"was edited or mixed with another build -- {rebuild_hint(index_dir)}"
-        )
-
-
-def _check_graph(store: GraphStore, manifest: Manifest, index_dir: Path) -> None:
-    """The served graph holds the nodes the manifest records: an empty or foreign graph is an error
-    naming the rebuild command, never a store that silently answers nothing. One count query."""
-    from graphs.errors import IndexCorruptError
-    from graphs.manifest import rebuild_hint
-
-    expected = sum(manifest.counts.nodes.values())
-    found = store.count_nodes()
-    if found != expected:
-        store.close()
-        raise IndexCorruptError(
-            f"the graph store of {index_dir} holds {found} nodes but the manifest records {expected}; the graph "
-            f"data is missing or does not belong to this index -- {rebuild_hint(index_dir)}"
-        )
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What one build wrote, loaded: replaced as a whole when a rebuild is detected."""
-
-    manifest: Manifest
-    skb: SKB
-    hnsw: HNSWIndex
-    bm25: BM25Index
-    stamp: tuple[int, ...] | None
-
-
-def _manifest_stamp(index_dir: Path) -> tuple[int, ...] | None:
-    """Identity of the manifest file (device, inode, mtime, size); a rebuild's swap changes it. None: no manifest."""
-    try:
-        st = os.stat(os.path.join(index_dir, "manifest.json"))
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def _dir_identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of a directory: changes when a rebuild swaps a new index into place."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _load_similarity(sage_dir: Path, expected: int | None = None) -> dict[str, list[tuple[str, float]]]:
-    """SAGE edges by node; their number must be ``expected`` (the manifest's ``counts.edges.IS_SIMILAR``)."""
-    from graphs.errors import IndexCorruptError
-    from graphs.manifest import rebuild_hint
-
-    path = sage_dir / "edges.jsonl.gz"
-    table: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    count = 0
-    if path.exists():
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                rec: dict[str, Any] = json.loads(line)
-                a, b, s = str(rec["src"]), str(rec["dst"]), float(rec.get("score", 0.0))
-                table[a].append((b, s))
-                table[b].append((a, s))
-                count += 1
-    if expected is not None and count != expected:
-        index_dir = sage_dir.parent
-        raise IndexCorruptError(
-            f"the manifest of {index_dir} records counts.edges.IS_SIMILAR = {expected} but sage/ holds {count} "
-            f"similarity edges -- {rebuild_hint(index_dir)}"
-        )
-    return dict(table)

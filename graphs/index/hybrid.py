@@ -37,11 +37,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from itertools import chain, islice
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
 
 from graphs.errors import ConfigError
 
-__all__ = ["RRF_K", "content_words", "dice", "dice_fuse", "fuse", "minmax_normalise"]
+if TYPE_CHECKING:
+    from graphs.index.bm25 import BM25Index
+    from graphs.index.hnsw import HNSWIndex
+    from graphs.skb.model import SKB
+
+__all__ = ["RRF_K", "content_words", "dice", "dice_fuse", "dice_search", "fuse", "minmax_normalise"]
 
 RRF_K = 60
 Hits = Sequence[tuple[str, float]]
@@ -182,3 +190,73 @@ def dice_fuse(
     fused = {key: weight * float(cosine.get(key, 0.0)) + (1.0 - weight) * value for key, value in overlap.items()}
     ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
     return ranked if k is None else ranked[:k]
+
+
+#: Dice fusion: the best hybrid hits whose one-hop triples become evidence (graph side), and the
+#: most edges read per such node (hubs have thousands; stored order, the rest ignored).
+DICE_SEED_NODES = 10
+DICE_TRIPLES_PER_SEED = 1000
+
+
+def dice_search(
+    skb: SKB,
+    bm25: BM25Index,
+    hnsw: HNSWIndex,
+    query: np.ndarray,
+    text: str,
+    k: int,
+    label: str | None,
+    weight: float,
+    text_words: dict[str, frozenset[str]],
+) -> list[tuple[str, float]]:
+    """Dice fusion over one build's parts: passages are the BM25 and dense hits (of ``label``); triples
+    are the edges of the best ``DICE_SEED_NODES`` hybrid hits of any type, verbalised ``src name, rel
+    words, dst name`` and credited to the neighbour; dense is every candidate's cosine to ``text``
+    (``query`` is its embedding).
+
+    ``text_words`` caches the content words of node texts across searches of the same SKB (building
+    node texts was 3/4 of a Dice search); the caller owns it and starts it over for a new build."""
+    pool = max(k * 5, 100)
+    lexical_any = bm25.search(text, pool)
+    dense_any = hnsw.search(query, pool)
+    if label is None:
+        lexical, dense_hits = lexical_any, dense_any
+    else:
+        lexical, dense_hits = bm25.search(text, pool, label=label), hnsw.search(query, pool, label=label)
+    passages: dict[str, frozenset[str]] = {}
+    for key, _ in [*lexical, *dense_hits]:
+        if key in passages or key not in skb.nodes:
+            continue
+        got = text_words.get(key)
+        if got is None:
+            got = text_words[key] = content_words(skb.node_text(key))
+        passages[key] = got
+    seeds = [key for key, _ in fuse(lexical_any, dense_any, weight=weight)[:DICE_SEED_NODES]]
+    names: dict[str, frozenset[str]] = {}
+
+    def words(key: str) -> frozenset[str]:
+        got = names.get(key)
+        if got is None:
+            got = names[key] = content_words(skb.nodes[key].name)
+        return got
+
+    triples: list[tuple[str, frozenset[str]]] = []
+    for seed in seeds:
+        if seed not in skb.nodes:
+            continue
+        edges = chain(((e, e.dst) for e in skb.out_edges(seed)), ((e, e.src) for e in skb.in_edges(seed)))
+        for edge, other in islice(edges, DICE_TRIPLES_PER_SEED):
+            node = skb.nodes.get(other)
+            if node is None or other == seed or (label is not None and node.label != label):
+                continue
+            rel = names.get("\0" + edge.rel)
+            if rel is None:
+                rel = names["\0" + edge.rel] = content_words(edge.rel.replace("_", " "))
+            triples.append((other, words(edge.src) | rel | words(edge.dst)))
+    dense: dict[str, float] = {key: float(sim) for key, sim in [*dense_any, *dense_hits]}
+    missing = sorted(key for key in set(passages) | {key for key, _ in triples} if key not in dense)
+    known = [key for key in missing if key in hnsw]
+    if known:
+        sims = hnsw.vectors(known) @ np.asarray(query, dtype=np.float32)
+        dense.update({key: float(sim) for key, sim in zip(known, sims, strict=True)})
+    return dice_fuse(text, passages, triples, dense, weight=weight, k=k)
