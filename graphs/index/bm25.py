@@ -14,7 +14,6 @@ carries no evidence and would only add noise to hybrid fusion.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -28,9 +27,10 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
-from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file, verify_checksums
+from graphs.index.meta import read_index_meta
+from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file
 
 __all__ = ["BM25Index"]
 
@@ -193,19 +193,11 @@ class BM25Index:
     def load(cls, dir: Path, *, checksums: dict[str, str] | None = None) -> BM25Index:
         """Open a saved index; pass ``checksums`` (from the manifest) to verify files first."""
         dir = Path(dir)
-        meta_path = dir / IDS_FILE
-        if not meta_path.is_file():
-            raise IndexNotFoundError(f"no BM25 index in {dir} ({IDS_FILE} missing) -- build one with `skb index`")
-        if checksums is not None:
-            verify_checksums(dir, checksums, what="BM25 index")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            keys = [str(k) for k in meta["keys"]]
-            labels = [str(lab) for lab in meta["labels"]]
-            stemmer = meta["stemmer"]
-            stopwords = meta["stopwords"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise IndexCorruptError(f"{meta_path} cannot be parsed ({exc}) -- rebuild it with `skb index`") from exc
+
+        def parse(meta: dict[str, Any]) -> tuple[list[str], list[str], Any, Any]:
+            return [str(k) for k in meta["keys"]], [str(lab) for lab in meta["labels"]], meta["stemmer"], meta["stopwords"]
+
+        keys, labels, stemmer, stopwords = read_index_meta(dir, IDS_FILE, "BM25 index", checksums, parse)
         try:
             retriever = bm25s.BM25.load(str(dir), show_progress=False)
         except (OSError, ValueError, KeyError) as exc:

@@ -10,18 +10,19 @@ the same integer ids (positions in ``keys``), so one id table serves them all.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import hnswlib
 import numpy as np
 
-from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
+from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
+from graphs.index.meta import read_index_meta
 from graphs.manifest import (
     HNSWParams,
     atomic_write_bytes,
@@ -30,7 +31,6 @@ from graphs.manifest import (
     fsync_file,
     sha256_file,
     temp_path_for,
-    verify_checksums,
 )
 
 __all__ = ["HNSWIndex", "HNSWParams"]
@@ -323,20 +323,20 @@ class HNSWIndex:
         """Open a saved index; pass ``checksums`` (from the manifest) to verify files first."""
         dir = Path(dir)
         meta_path = dir / IDS_FILE
-        if not meta_path.is_file():
-            raise IndexNotFoundError(f"no HNSW index in {dir} ({IDS_FILE} missing) -- build one with `skb index`")
-        if checksums is not None:
-            verify_checksums(dir, checksums, what="HNSW index")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            dim = int(meta["dim"])
-            params = HNSWParams.model_validate(meta["params"])
-            keys = [str(k) for k in meta["keys"]]
-            labels = [str(lab) for lab in meta["labels"]]
-            label_files = {str(k): str(v) for k, v in meta["label_files"].items()}
-            global_name = str(meta["global"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise IndexCorruptError(f"{meta_path} cannot be parsed ({exc}) -- rebuild it with `skb index`") from exc
+
+        def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str]:
+            return (
+                int(meta["dim"]),
+                HNSWParams.model_validate(meta["params"]),
+                [str(k) for k in meta["keys"]],
+                [str(lab) for lab in meta["labels"]],
+                {str(k): str(v) for k, v in meta["label_files"].items()},
+                str(meta["global"]),
+            )
+
+        dim, params, keys, labels, label_files, global_name = read_index_meta(
+            dir, IDS_FILE, "HNSW index", checksums, parse
+        )
         if len(keys) != len(labels):
             raise IndexCorruptError(f"{meta_path} has {len(keys)} keys but {len(labels)} labels -- rebuild it")
         counts: dict[str, int] = {}
