@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -29,9 +29,10 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, ensure_config, run_in_executor
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import Field
 
 from agent.config import AgentConfig
+from agent.serving.base import BundleOwner
 from graphs.errors import ConfigError
 from graphs.text_safety import clean_text
 
@@ -48,7 +49,7 @@ FusionName = Literal["minmax", "rrf", "dice"]
 CALL_FIELDS = ("k", "mode", "label", "fusion")
 
 
-class SKBRetriever(BaseRetriever):
+class SKBRetriever(BundleOwner, BaseRetriever):
     """Documents from an index: ``page_content`` is the node's text, ``metadata`` holds ``key``,
     ``label``, ``name``, ``score``, ``rank``, ``origin`` (seed / sage / fallback), ``provenance``
     (the tool calls that found the node: tool, step, query) and ``mode``.
@@ -66,8 +67,6 @@ class SKBRetriever(BaseRetriever):
     ``AgentConfig.planner``).
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     bundle: Any = Field(description="the IndexBundle the retriever reads")
     mode: RetrieverMode = "agent"
     k: int = Field(default=20, ge=1, le=1000, description="agent: seed count (AgentConfig.k); search: hits")
@@ -77,8 +76,6 @@ class SKBRetriever(BaseRetriever):
     chat_model: Any = Field(default=None, description="planner chat model replacing AgentConfig.planner's")
     trace: bool = Field(default=False, description="record each call in the index's local trace database")
 
-    _owns_bundle: bool = PrivateAttr(default=False)
-
     def __init__(self, index_dir_or_bundle: Path | str | IndexBundle | None = None, **kwargs: Any) -> None:
         index_dir = kwargs.pop("index_dir", None)
         source = index_dir_or_bundle if index_dir_or_bundle is not None else kwargs.pop("bundle", None) or index_dir
@@ -87,13 +84,9 @@ class SKBRetriever(BaseRetriever):
                 "SKBRetriever needs an index: SKBRetriever('.skb/NAME') or SKBRetriever(bundle=IndexBundle.open(...)); "
                 "build one with `skb index`"
             )
-        owns = isinstance(source, str | Path)
-        if isinstance(source, str | Path):
-            from graphs.bundle import IndexBundle
-
-            source = IndexBundle.open(Path(source), store=kwargs.pop("store", None))
-        elif "store" in kwargs:
+        if not isinstance(source, str | Path) and "store" in kwargs:
             raise ConfigError("store= applies when the retriever opens an index directory; open the bundle with it")
+        store = kwargs.pop("store", None)
         base = kwargs.pop("config", None)
         if base is not None and not isinstance(base, AgentConfig):
             raise ConfigError(f"config must be an AgentConfig, got {type(base).__name__}")
@@ -101,13 +94,7 @@ class SKBRetriever(BaseRetriever):
         if "k" not in own and base is not None:
             own["k"] = base.k  # one k: the config's when only a config was given
         config = (base or AgentConfig()).with_overrides(agent_fields)
-        try:
-            super().__init__(bundle=source, config=config, **own)  # type: ignore[call-arg]  # pydantic fields
-        except Exception:
-            if owns:
-                source.close()
-            raise
-        self._owns_bundle = owns
+        self._init_over(source, store=store, config=config, **own)
 
     # -- LangChain entry points ---------------------------------------------------------------
     def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
@@ -217,18 +204,6 @@ class SKBRetriever(BaseRetriever):
                 "origin": origin, "provenance": provenance, "mode": mode,
             },
         )
-
-    def close(self) -> None:
-        """Close the index when the retriever opened it (an `IndexBundle` passed in stays open)."""
-        if self._owns_bundle:
-            self.bundle.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 _texts_lock = threading.Lock()
 _texts: weakref.WeakKeyDictionary[SKB, dict[str, str]] = weakref.WeakKeyDictionary()

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from agent.serving.answers import ASK_OUTPUT_TOKENS, TOP_ANSWERS
+from agent.serving.base import BundleOwner
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -69,11 +70,9 @@ class AskArgs(BaseModel):
     )
 
 
-class SKBToolkit(BaseToolkit):
+class SKBToolkit(BundleOwner, BaseToolkit):
     """The tools over one index. Pass an index directory (opened here, closed by ``close()``) or an
     open `IndexBundle` (left open: the caller owns it)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     bundle: Any = Field(description="the IndexBundle the tools read")
     tool_names: tuple[str, ...] = DEFAULT_TOOLS
@@ -87,20 +86,11 @@ class SKBToolkit(BaseToolkit):
     )
     ask_top: int = Field(default=TOP_ANSWERS, ge=1, le=100, description="answers ask's compact text lists at most")
 
-    _owns_bundle: bool = PrivateAttr(default=False)
     _graph: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, index_dir_or_bundle: Path | str | IndexBundle, **kwargs: Any) -> None:
-        owns = isinstance(index_dir_or_bundle, str | Path)
-        if isinstance(index_dir_or_bundle, str | Path):
-            from graphs.bundle import IndexBundle
-
-            bundle: Any = IndexBundle.open(Path(index_dir_or_bundle))
-        else:
-            bundle = index_dir_or_bundle
-        super().__init__(bundle=bundle, **kwargs)  # type: ignore[call-arg]  # pydantic fields
-        self._owns_bundle = owns
+        self._init_over(index_dir_or_bundle, **kwargs)
 
     @property
     def instructions(self) -> str:
@@ -219,16 +209,6 @@ class SKBToolkit(BaseToolkit):
         if not isinstance(result, AgentResult):
             raise PlannerError("the agent ended without a result; see `skb trace list` for the run")
         return result, linked
-
-    def close(self) -> None:
-        if self._owns_bundle:
-            self.bundle.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
