@@ -18,19 +18,18 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from agent.scoring import hierarchy as hy
 from agent.scoring import ontology as os_
-from agent.scoring.ontology import (
+from agent.scoring.hierarchy import (
     _META_LOCK,
     _SCHEMAS,
     Annotation,
-    AnnotationModel,
     Hierarchy,
-    LinkMatrix,
-    build_model,
     detect_hierarchy,
     find_annotation,
     schema_for,
 )
+from agent.scoring.ontology import AnnotationModel, LinkMatrix, build_model
 from graphs.skb.compact import code_digest
 from graphs.skb.model import SKB, Edge, GraphSchema, Node
 from graphs.skb.state import digest_of, node_keys, profile_section_json, stored_record, write_state
@@ -44,8 +43,8 @@ def scoring_digest(skb: SKB) -> str:
     """The code and profile the scoring record depends on (computed once per SKB)."""
     per = _DIGESTS.setdefault(skb, {})
     if SCORING not in per:
-        code = code_digest(os_.build_model, os_._build_ancestors, os_.edge_weight, os_.detect_hierarchy,
-                            os_.find_annotation, os_.AnnotationModel, os_.Hierarchy, os_.Annotation, os_.DEFAULT_EDGE_WEIGHT)
+        code = code_digest(os_.build_model, hy._build_ancestors, os_.edge_weight, hy.detect_hierarchy,
+                            hy.find_annotation, os_.AnnotationModel, hy.Hierarchy, hy.Annotation, os_.DEFAULT_EDGE_WEIGHT)
         per[SCORING] = digest_of(code, code_digest(Node, Edge), profile_section_json(skb, "scoring"))
     return per[SCORING]
 
