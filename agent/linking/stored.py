@@ -27,7 +27,7 @@ from agent.linking.definitions import DefinitionTable, build_definition_table
 from agent.linking.lexicon import Lexicon, _Entry, build_lexicon, frame_words
 from graphs.index import phrases as pi
 from graphs.index.phrases import phrase_entries
-from graphs.skb.compact import code_digest
+from graphs.skb.digest import code_digest
 from graphs.skb.model import SKB, GraphSchema
 from graphs.skb.state import PerSKB, digest_of, node_keys, profile_section_json, stored_record, write_state
 

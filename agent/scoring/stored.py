@@ -30,7 +30,7 @@ from agent.scoring.hierarchy import (
     schema_for,
 )
 from agent.scoring.ontology import AnnotationModel, LinkMatrix, build_model
-from graphs.skb.compact import code_digest
+from graphs.skb.digest import code_digest
 from graphs.skb.model import SKB, Edge, GraphSchema, Node
 from graphs.skb.state import digest_of, node_keys, profile_section_json, stored_record, write_state
 

@@ -21,11 +21,13 @@ build writes the same SKB a second time as flat numpy arrays (``skb/compact/``):
 builds an :class:`~graphs.skb.model.Edge` per access. Node and edge order are those of the SKB that was
 written, so every consumer sees the same graph as from the JSON lines. Arrays are opened with
 ``numpy.load(mmap_mode="r")``: pages are read from the file cache only when touched.
+
+This module is the reader; the writer and the format's names live in ``graphs.skb.compact_write``, the
+code digests in ``graphs.skb.digest`` (both re-exported here).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import threading
@@ -38,86 +40,33 @@ import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
-from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir, rebuild_hint
+from graphs.manifest import rebuild_hint
+from graphs.skb.compact_write import (
+    _ARRAYS,
+    _DENSE_PARTS,
+    _SIDES,
+    COMPACT_DIR,
+    DENSE_EDGES,
+    FORMAT,
+    META_FILE,
+    dense_groups,
+    write_compact,
+)
+from graphs.skb.digest import code_digest, schema_digest
 from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
 
-COMPACT_DIR = "compact"
-META_FILE = "meta.json"
-FORMAT = 1
-
-_ARRAYS = (
-    "node_label", "node_props.off", "edge_src", "edge_dst", "edge_rel", "edge_props.off",
-    "out_ptr", "out_idx", "in_ptr", "in_idx",
-)
-_BLOBS = ("node_props.bin", "edge_props.bin")
-_SIDES = ("out", "in")
-_DENSE_PARTS = ("node", "ptr", "idx", "rel")
-
-#: A node with more edges than this on one side also keeps that side's edges grouped by relation.
-#: Why: a planner or a tool asks for one relation of a node (its broader terms, how many documents it is
-#: about) and a hub of a power-law graph has hundreds of thousands of edges of other relations, or of the
-#: same one with a label the schema already implies; filtering all of them cost milliseconds per call at
-#: 1M nodes, several calls per question. Below this size the scan costs microseconds, so small nodes keep
-#: one copy of their edges. A graph store does the same for dense nodes (relationship groups).
-DENSE_EDGES = 1024
-
-
-_DIGEST_LOCK = threading.Lock()
-_DIGESTS: dict[tuple[Any, ...], str] = {}
-
-
-def code_digest(*objects: Any) -> str:
-    """sha256 over the source of the functions and classes that compute some stored state (dataclasses by
-    their fields, other values by ``repr``): state computed by other code is not reused.
-
-    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices) is only
-    valid for the code that computed it, and a forgotten version bump would serve stale state silently.
-    Why the computing functions and not whole modules: a method added to ``SKB`` or a new linker rule does
-    not change what was stored, and retiring valid state costs every cold start seconds of recomputation
-    until the index is rebuilt."""
-    import dataclasses
-    import inspect
-
-    key = tuple(obj if callable(obj) else ("repr", repr(obj)) for obj in objects)  # functions and classes hash
-    # once per process and under a lock: inspect.getsource parses a class's module with ``ast``, and
-    # CPython 3.11 raises "AST constructor recursion depth mismatch" when threads parse at once (readers
-    # reopening an index after a rebuild did)
-    with _DIGEST_LOCK:
-        found = _DIGESTS.get(key)
-        if found is not None:
-            return found
-        parts = []
-        for obj in objects:
-            if dataclasses.is_dataclass(obj) and isinstance(obj, type):
-                parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
-            elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
-                parts.append(inspect.getsource(obj))
-            else:
-                parts.append(repr(obj))
-        digest = _DIGESTS[key] = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
-        return digest
-
-
-def schema_digest() -> str:
-    """The code that computes ``SKB.schema()``."""
-    from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
-
-    return code_digest(SKB.schema, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
-                       GraphSchema)
-
-
-def _json_dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-
-
-def _dumper() -> Any:
-    """orjson's dumps when installed (it is optional, third-party), else the stdlib's: the same JSON text."""
-    try:
-        import orjson
-
-        return orjson.dumps
-    except ImportError:
-        return _json_dumps
+__all__ = [
+    "COMPACT_DIR",
+    "DENSE_EDGES",
+    "FORMAT",
+    "META_FILE",
+    "CompactSKB",
+    "code_digest",
+    "dense_groups",
+    "open_compact",
+    "schema_digest",
+    "write_compact",
+]
 
 
 def _loader() -> Any:
@@ -127,127 +76,6 @@ def _loader() -> Any:
         return orjson.loads
     except ImportError:  # orjson is optional (third-party)
         return json.loads
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def write_compact(
-    skb: SKB, directory: Path, schema: GraphSchema | None = None, *, dense_edges: int = DENSE_EDGES
-) -> list[Path]:
-    """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written.
-
-    ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge).
-    ``dense_edges``: see :data:`DENSE_EDGES` (tests lower it to exercise the grouped path on small graphs)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    keys = list(skb.nodes)
-    index = {key: i for i, key in enumerate(keys)}
-    labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))
-    label_id = {label: i for i, label in enumerate(labels)}
-    rels = sorted({edge.rel for edge in skb.edges})
-    rel_id = {rel: i for i, rel in enumerate(rels)}
-    n, m = len(keys), len(skb.edges)
-    if n >= 2**31 or m >= 2**31:
-        raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
-
-    node_label = np.fromiter((label_id[node.label] for node in skb.nodes.values()), dtype=np.int32, count=n)
-    dumps = _dumper()
-    node_blob, node_off = _props_blob((node.props for node in skb.nodes.values()), dumps)
-    try:
-        edge_src = np.fromiter((index[e.src] for e in skb.edges), dtype=np.int32, count=m)
-        edge_dst = np.fromiter((index[e.dst] for e in skb.edges), dtype=np.int32, count=m)
-    except KeyError as exc:
-        raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
-    edge_rel = np.fromiter((rel_id[e.rel] for e in skb.edges), dtype=np.int32, count=m)
-    edge_blob, edge_off = _props_blob((e.props for e in skb.edges), dumps)
-    out_ptr, out_idx = _csr(edge_src, n)
-    in_ptr, in_idx = _csr(edge_dst, n)
-
-    arrays = {
-        "node_label": node_label, "node_props.off": node_off, "edge_src": edge_src, "edge_dst": edge_dst,
-        "edge_rel": edge_rel, "edge_props.off": edge_off, "out_ptr": out_ptr, "out_idx": out_idx,
-        "in_ptr": in_ptr, "in_idx": in_idx,
-    }
-    for side, (ptr, idx) in zip(_SIDES, ((out_ptr, out_idx), (in_ptr, in_idx)), strict=True):
-        for part, array in zip(_DENSE_PARTS, dense_groups(ptr, idx, edge_rel, dense_edges), strict=True):
-            arrays[f"{side}_dense_{part}"] = array
-    written: list[Path] = []
-    for name, array in arrays.items():
-        _save_npy(directory / f"{name}.npy", array)
-        written.append(directory / f"{name}.npy")
-    for name, blob in (("node_props.bin", node_blob), ("edge_props.bin", edge_blob)):
-        atomic_write_bytes(directory / name, blob)
-        written.append(directory / name)
-    atomic_write_bytes(directory / "node_keys.json", dumps(keys))
-    written.append(directory / "node_keys.json")
-    from graphs.skb.profile import Profile, is_default
-
-    profile = getattr(skb, "profile", None)
-    meta = {
-        "format": FORMAT,
-        "name": skb.name,
-        "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
-        "profile": profile.model_dump(mode="json") if isinstance(profile, Profile) and not is_default(profile) else None,
-        "nodes": n,
-        "edges": m,
-        "labels": labels,
-        "rels": rels,
-        "schema": (schema if schema is not None else skb.schema()).model_dump(mode="json"),
-        "schema_digest": schema_digest(),
-    }
-    atomic_write_json(directory / META_FILE, meta, indent=None)
-    written.append(directory / META_FILE)
-    fsync_dir(directory)
-    return written
-
-
-def _props_blob(props: Iterator[dict[str, Any]], dumps: Any) -> tuple[bytes, np.ndarray]:
-    """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes."""
-    parts: list[bytes] = []
-    offsets = [0]
-    total = 0
-    for value in props:
-        if value:
-            data = dumps(value)
-            parts.append(data)
-            total += len(data)
-        offsets.append(total)
-    return b"".join(parts), np.asarray(offsets, dtype=np.int64)
-
-
-def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Edge ids grouped by node (stable: edge order kept within a node) and the row pointers."""
-    order = np.argsort(ends, kind="stable").astype(np.int32)
-    counts = np.bincount(ends, minlength=n) if len(ends) else np.zeros(n, dtype=np.int64)
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr, order
-
-
-def dense_groups(
-    ptr: np.ndarray, idx: np.ndarray, edge_rel: np.ndarray, dense_edges: int = DENSE_EDGES
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One side's dense nodes (more than ``dense_edges`` edges there, ascending ids), their row pointers into
-    the next two arrays, their edge ids grouped by relation (edge order kept within a relation: a stable sort)
-    and the relation id of each (ascending within a node, for a binary search)."""
-    degree = np.diff(np.asarray(ptr))
-    dense = np.flatnonzero(degree > dense_edges).astype(np.int32)
-    lengths = degree[dense].astype(np.int64)
-    gptr = np.zeros(len(dense) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=gptr[1:])
-    total = int(gptr[-1])
-    # the positions of every dense node's segment in ``idx``, concatenated
-    positions = np.repeat(np.asarray(ptr)[dense] - gptr[:-1], lengths) + np.arange(total, dtype=np.int64)
-    edges = np.asarray(idx)[positions]
-    rels = np.asarray(edge_rel)[edges]
-    order = np.lexsort((rels, np.repeat(np.arange(len(dense), dtype=np.int64), lengths)))  # stable
-    return dense, gptr, edges[order].astype(np.int32), rels[order].astype(np.int32)
 
 
 class _Dense(NamedTuple):

@@ -1,0 +1,56 @@
+"""Digests of the code that computes stored state, so state computed by other code is never reused.
+
+Why its own module: every kind of stored state (the compact SKB's schema, the lexicon, the scoring
+matrices) is keyed by it, and none of them needs the compact format to compute it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
+
+_DIGEST_LOCK = threading.Lock()
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
+def code_digest(*objects: Any) -> str:
+    """sha256 over the source of the functions and classes that compute some stored state (dataclasses by
+    their fields, other values by ``repr``): state computed by other code is not reused.
+
+    Why the source and not a version number: derived state (a schema, a lexicon, scoring matrices) is only
+    valid for the code that computed it, and a forgotten version bump would serve stale state silently.
+    Why the computing functions and not whole modules: a method added to ``SKB`` or a new linker rule does
+    not change what was stored, and retiring valid state costs every cold start seconds of recomputation
+    until the index is rebuilt."""
+    import dataclasses
+    import inspect
+
+    key = tuple(obj if callable(obj) else ("repr", repr(obj)) for obj in objects)  # functions and classes hash
+    # once per process and under a lock: inspect.getsource parses a class's module with ``ast``, and
+    # CPython 3.11 raises "AST constructor recursion depth mismatch" when threads parse at once (readers
+    # reopening an index after a rebuild did)
+    with _DIGEST_LOCK:
+        found = _DIGESTS.get(key)
+        if found is not None:
+            return found
+        parts = []
+        for obj in objects:
+            if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+                parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
+            elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+                parts.append(inspect.getsource(obj))
+            else:
+                parts.append(repr(obj))
+        digest = _DIGESTS[key] = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
+        return digest
+
+
+def schema_digest() -> str:
+    """The code that computes ``SKB.schema()``."""
+    from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
+
+    return code_digest(SKB.schema, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
+                       GraphSchema)
