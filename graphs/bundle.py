@@ -29,6 +29,7 @@ from graphs.bundle_load import (
     _manifest_stamp,
     _Parts,
 )
+from graphs.bundle_source import SourceWatch, live_source
 from graphs.errors import ConfigError, IndexNotFoundError, StageMissingError
 from graphs.loaders import DATASETS
 from graphs.skb.model import SKB, GraphSchema, Node
@@ -106,9 +107,7 @@ class IndexBundle:
         self._lexicon: dict[str, list[str]] | None = None
         self._similar: dict[str, list[tuple[str, float]]] | None = None
         self._schema: GraphSchema | None = None
-        self._source_checked = 0.0
-        self._source_thread: threading.Thread | None = None
-        self._source_error: Exception | None = None
+        self._source = SourceWatch()
 
     # -- the parts of the current build ----------------------------------------------------
     @property
@@ -216,7 +215,7 @@ class IndexBundle:
             self._parts = fresh._parts
             self.store_kind = fresh.store_kind
             self._store = None
-            self._source_error = None
+            self._source.error = None
             self._lexicon = self._similar = None
             self._schema = None
             if self._embedder is not None and fresh._parts.manifest.embedder_model != old_model:
@@ -306,7 +305,7 @@ class IndexBundle:
 
                         # the user's live database, checked against the state the build read
                         self._store = open_source_store(source, self.index_dir)
-                        self._source_checked = time.monotonic()
+                        self._source.checked = time.monotonic()
                         return self._store
                     store = open_store(self.store_kind, self.index_dir)  # type: ignore[arg-type]
                     if self.store_kind == "falkordb":
@@ -316,10 +315,7 @@ class IndexBundle:
 
     def _live_source(self, manifest: Manifest | None = None) -> dict[str, Any] | None:
         """The source record of an index that serves the user's live database (built with --dataset neo4j)."""
-        source = ((manifest or self.manifest).extra.get("config") or {}).get("source")
-        if self.store_kind == "neo4j" and isinstance(source, dict) and source.get("kind") == "neo4j":
-            return source
-        return None
+        return live_source(manifest or self.manifest, self.store_kind)
 
     def check_source(self, max_age_s: float = SOURCE_CHECK_INTERVAL_S, *, wait: bool = False) -> None:
         """For an index serving a live database: raise (IndexMismatchError, naming the rebuild command) when
@@ -329,44 +325,20 @@ class IndexBundle:
         answers them from its count store; seconds on servers that scan). Later, once the last check is older
         than ``max_age_s``, the check runs again in a background thread so no question waits for it; a change
         it finds fails every following question until the database matches again or the index is rebuilt.
-        ``wait=True`` runs a due check in the caller."""
+        ``wait=True`` runs a due check in the caller. The clock, thread and remembered mismatch are
+        `graphs.bundle_source.SourceWatch`'s."""
         if self._live_source() is None:
             return
         if self._store is None:
             _ = self.store  # opening checks
             return
-        thread: threading.Thread | None = None
-        with self._lock:
-            due = time.monotonic() - self._source_checked >= max_age_s
-            running = self._source_thread is not None and self._source_thread.is_alive()
-            if due and not running:
-                self._source_checked = time.monotonic()
-                thread = self._source_thread = threading.Thread(
-                    target=self._recheck_source, name="skb-source-check", daemon=True
-                )
-                thread.start()
-            elif running and wait:
-                thread = self._source_thread
-        if thread is not None and wait:
-            thread.join()
-        error = self._source_error
-        if error is not None:
-            raise error
+        self._source.check(self._recheck_source, max_age_s, wait)
 
     def _recheck_source(self) -> None:
-        from graphs.errors import IndexMismatchError
-        from graphs.loaders.neo4j_source import check_recorded
-
         store, source = self._store, self._live_source()
         if store is None or source is None:
             return
-        try:
-            check_recorded(store, source, self.index_dir)  # type: ignore[arg-type]
-            self._source_error = None
-        except IndexMismatchError as exc:
-            self._source_error = exc
-        except Exception as exc:  # noqa: BLE001 - an unreachable server is reported by the question's own queries
-            _log.debug("source check skipped: %s", exc)
+        self._source.recheck(store, source, self.index_dir)
 
     # Derived caches are filled under the lock from the current parts: a reload (which takes the same
     # lock and clears them) can never leave one computed from the previous build in place.
