@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -29,8 +29,10 @@ from pydantic import BaseModel, Field
 from graphs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from graphs.bundle import IndexBundle
+    from graphs.embedding.base import Embedder
+    from graphs.index.hnsw import HNSWIndex
     from graphs.sage.edges import SimilarityCandidates, SimilarityGraph
+    from graphs.skb.model import SKB
 
 __all__ = [
     "GraphStatsReport",
@@ -228,8 +230,25 @@ def plot_degree_histograms(
     return path
 
 
+class IndexParts(Protocol):
+    """What `collect_stats` reads of an open index (an `IndexBundle` has these). A protocol, not the bundle
+    class: SAGE sits below the bundle, and naming it here would point an import upwards."""
+
+    @property
+    def index_dir(self) -> Path: ...
+
+    @property
+    def skb(self) -> SKB: ...
+
+    @property
+    def hnsw(self) -> HNSWIndex: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+
 def collect_stats(
-    bundle: IndexBundle,
+    bundle: IndexParts,
     percentiles: Sequence[float],
     logics: Sequence[Logic],
     *,
