@@ -17,11 +17,18 @@ from agent.nodes.common import add_time
 from agent.nodes.guided import guided_round
 from agent.nodes.pool import merge_observation, select_seeds
 from agent.nodes.tool_io import budgeted, clamped
-from agent.planning.llm import Budget, BudgetSpentError, Usage, check_tool_calls, invoke_with_retry
+from agent.planning.llm import (
+    Budget,
+    CallFailed,
+    Usage,
+    call_or_fallback,
+    check_tool_calls,
+    invoke_with_retry,
+)
 from agent.runtime import Runtime, run_concurrently
 from agent.stages.refine import Next, next_stage
 from agent.state import AgentState, Candidate
-from graphs.errors import PlannerError, SKBError
+from graphs.errors import SKBError
 from tools.common import prefetch_query
 from tools.results import Finish, ToolError, estimate_tokens, parse_result, tool_error, tool_output
 
@@ -52,20 +59,19 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
     elif not offline:
         bound: Runnable[LanguageModelInput, BaseMessage] = rt.model(cfg).bind_tools(list(tools.values()))
         budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
-        try:
-            reply = budget.call(bound, scratchpad, cfg, usage)
-        except BudgetSpentError as exc:
-            budget_stop, offline = exc.budget, True
+        got = call_or_fallback(lambda: budget.call(bound, scratchpad, cfg, usage), degrade=rt.can_degrade(cfg))
+        if not isinstance(got, CallFailed):
+            reply = got
+        elif got.budget is not None:
+            budget_stop, offline = got.budget, True
             if rt.can_degrade(cfg):
-                degraded.append(f"{exc}: continued with the offline planner")
+                degraded.append(f"{got.error}: continued with the offline planner")
             else:  # stop calling the model; the round ends with what the pool holds (or the fallback)
-                degraded.append(f"{exc}: stopped planning")
+                degraded.append(f"{got.error}: stopped planning")
                 reply = AIMessage(content="")
-        except PlannerError as exc:
-            if not rt.can_degrade(cfg):
-                raise
+        else:
             offline = True
-            degraded.append(f"planner model failed, continued with the offline planner: {exc}")
+            degraded.append(f"planner model failed, continued with the offline planner: {got.error}")
     if reply is None:
         reply = invoke_with_retry(rt.offline_model(cfg), scratchpad, cfg)
     checked = check_tool_calls(reply, tools)

@@ -4,6 +4,7 @@ the model picks from (``agent.planning.guided`` builds the view, the tools and t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -21,10 +22,16 @@ from agent.planning.guided import (
     round_view,
     state_block,
 )
-from agent.planning.llm import Budget, BudgetSpentError, Usage, check_tool_calls, invoke_with_retry
+from agent.planning.llm import (
+    Budget,
+    CallFailed,
+    Usage,
+    call_or_fallback,
+    check_tool_calls,
+    invoke_with_retry,
+)
 from agent.runtime import Runtime
 from agent.state import AgentState
-from graphs.errors import PlannerError
 from prompts import load_prompt
 from tools.common import schema_of
 
@@ -75,19 +82,17 @@ def guided_round(rt: Runtime, state: AgentState, cfg: AgentConfig, start: float)
         text = first_text if error is None else block(error)
         messages = [SystemMessage(system), HumanMessage(text)]
         before = usage.estimated_prompt_tokens
-        try:
-            reply = budget.call(bound, messages, cfg, usage)
-        except BudgetSpentError as exc:
-            budget_stop, offline = exc.budget, True
-            degraded.append(f"{exc}: " + ("continued with the offline planner" if rt.can_degrade(cfg) else "stopped planning"))
-            calls = None if rt.can_degrade(cfg) else []
-            break
-        except PlannerError as exc:
-            if not rt.can_degrade(cfg):
-                raise
+        got = call_or_fallback(partial(budget.call, bound, messages, cfg, usage), degrade=rt.can_degrade(cfg))
+        if isinstance(got, CallFailed):
             offline = True
-            degraded.append(f"planner model failed, continued with the offline planner: {exc}")
+            if got.budget is not None:
+                budget_stop = got.budget
+                degraded.append(f"{got.error}: " + ("continued with the offline planner" if rt.can_degrade(cfg) else "stopped planning"))
+                calls = None if rt.can_degrade(cfg) else []
+            else:
+                degraded.append(f"planner model failed, continued with the offline planner: {got.error}")
             break
+        reply = got
         row["attempts"] += 1
         row["estimated_prompt_tokens"].append(usage.estimated_prompt_tokens - before)
         meta: Mapping[str, Any] = reply.usage_metadata or {}

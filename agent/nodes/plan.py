@@ -12,12 +12,20 @@ from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
 from agent.nodes.common import elapsed_ms, path_text, to_dict
-from agent.planning.llm import Budget, BudgetSpentError, InvalidPlanError, PlannerCallError, Usage, llm_plan
+from agent.planning.llm import (
+    Budget,
+    CallFailed,
+    InvalidPlanError,
+    PlannerCallError,
+    PlanOutcome,
+    Usage,
+    call_or_fallback,
+    llm_plan,
+)
 from agent.planning.targets import predict_target_type, relation_paths
 from agent.planning.walks import ranked_walks
 from agent.runtime import Runtime
 from agent.state import AgentState
-from graphs.errors import PlannerError
 from graphs.skb.profile import profile_for
 from graphs.text_safety import block_json, neutralize_plan_tags, quoted
 from prompts import render_prompt
@@ -46,28 +54,28 @@ def plan(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[str, An
     budget_stop: str | None = None
     if cfg.planner == "openai" and (cfg.planner_mode != "guided" or cfg.guided_llm_plan):
         budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
-        try:
+
+        def ask() -> PlanOutcome:
             preferred = ranked_walks(rt.bundle, question, linked)  # the best walks, when too many to list
-            outcome = llm_plan(rt.model(cfg), question, schema, linked, cfg, usage, budget, once=once,
-                               preferred=preferred)
+            return llm_plan(rt.model(cfg), question, schema, linked, cfg, usage, budget, once=once, preferred=preferred)
+
+        # a model that cannot be reached after retries sends the run offline: no retries paid again per round
+        outcome = call_or_fallback(ask, degrade=rt.can_degrade(cfg), fatal=PlannerCallError)
+        if isinstance(outcome, CallFailed):
+            exc, offline = outcome.error, outcome.offline
+            if outcome.budget is not None:  # no model call fits the question's budget: nor can any later one
+                budget_stop = outcome.budget
+                degraded.append(f"{exc}: used the heuristic plan and the offline planner")
+            elif offline:
+                degraded.append(f"LLM plan failed, used the heuristic plan and the offline planner: {exc}")
+            else:
+                if isinstance(exc, InvalidPlanError):
+                    report = exc.report
+                degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
+        else:
             target, paths, report = outcome.target_type, outcome.relation_paths, outcome.report
             sources, search_text = outcome.sources, outcome.search_text
             planned = True
-        except BudgetSpentError as exc:
-            # no model call fits the question's budget: nothing later can call the model either
-            budget_stop, offline = exc.budget, True
-            degraded.append(f"{exc}: used the heuristic plan and the offline planner")
-        except InvalidPlanError as exc:
-            report = exc.report
-            degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
-        except PlannerCallError as exc:
-            if not rt.can_degrade(cfg):
-                raise
-            # the model could not be reached after retries: do not pay the retries again per round
-            offline = True
-            degraded.append(f"LLM plan failed, used the heuristic plan and the offline planner: {exc}")
-        except PlannerError as exc:
-            degraded.append(f"LLM plan failed, used the heuristic plan: {exc}")
     llm_paths = planned and bool(paths)
     if not planned:
         target, paths = heuristic_plan(rt, question, linked, cfg)

@@ -12,9 +12,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -35,6 +35,8 @@ from prompts import load_prompt, render_prompt
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
+
+_T = TypeVar("_T")
 
 #: HTTP statuses worth the same request again after a wait (408, a timeout, is not among them).
 _TRANSIENT_STATUS = {409, 429, 500, 502, 503, 504}
@@ -292,6 +294,37 @@ class Budget:
         if self.model_name and reported:
             record_usage(self.model_name, raw_count(prompt_text(messages, model), self.model_name), reported)
         return reply
+
+
+@dataclass(frozen=True)
+class CallFailed:
+    """A budgeted model call that gave no reply: the caller goes on without the model's answer."""
+
+    error: PlannerError
+    budget: str | None = None
+    """The budget that refused the call (``BudgetSpentError.budget``); None when the call itself failed."""
+    offline: bool = False
+    """The model is done for this run: the rest of the run uses the offline planner (or stops asking)."""
+
+
+def call_or_fallback(
+    call: Callable[[], _T], *, degrade: bool | None = None, fatal: type[PlannerError] = PlannerError
+) -> _T | CallFailed:
+    """``call()`` (one or more budgeted model calls), or how it failed, for the caller to fall back on.
+
+    Why one function: every place that asks the model (the plan, a planner round, a guided round, the
+    constraint and rerank stages) reacts to the same failures the same way. A spent budget always
+    falls back (``offline``: nothing later can call the model either). A failure of type ``fatal`` is
+    re-raised when the run may not degrade (``degrade`` False) and otherwise sends the rest of the run
+    offline; ``degrade`` None: the caller has its own fallback and nothing is re-raised."""
+    try:
+        return call()
+    except BudgetSpentError as exc:
+        return CallFailed(exc, budget=exc.budget, offline=True)
+    except PlannerError as exc:
+        if degrade is False and isinstance(exc, fatal):
+            raise
+        return CallFailed(exc, offline=degrade is True and isinstance(exc, fatal))
 
 
 @dataclass

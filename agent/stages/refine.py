@@ -29,13 +29,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
-from agent.planning.llm import Budget, BudgetSpentError, Usage
+from agent.planning.llm import Budget, CallFailed, Usage, call_or_fallback
 from agent.runtime import Runtime
 from agent.stages.constraints import extract_constraints, ground, offline_spec, run_constraints, satisfied_by_any
 from agent.stages.rerank import Candidate as RerankCandidate
 from agent.stages.rerank import bind_for, rerank
 from agent.state import AgentState, Candidate, SeedItem
-from graphs.errors import PlannerError
 from tools.common import schema_of
 
 Next = Literal["constrain", "rerank", "expand"]
@@ -83,8 +82,8 @@ def constrain(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: Agent
         def call(bound: Any, history: Sequence[BaseMessage]) -> AIMessage:
             return budget.call(bound, history, cfg, usage)
 
-        try:
-            spec, extraction = extract_constraints(
+        got = call_or_fallback(
+            lambda: extract_constraints(
                 rt.stage_model(cfg),
                 question,
                 schema,
@@ -94,13 +93,15 @@ def constrain(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: Agent
                 budget_tokens=cfg.constraint_prompt_tokens,
                 repairs=cfg.plan_repairs,
             )
+        )
+        if isinstance(got, CallFailed):
+            how = "skipped" if got.budget is not None else "failed"
+            degraded.append(f"constraint extraction {how}: {got.error}; used the plan's constraints")
+        else:
+            spec, extraction = got
             report["extraction"] = extraction
             if spec is None:
                 degraded.append("constraint extraction stayed invalid after the repair; used the plan's constraints")
-        except BudgetSpentError as exc:
-            degraded.append(f"constraint extraction skipped: {exc}; used the plan's constraints")
-        except PlannerError as exc:
-            degraded.append(f"constraint extraction failed: {exc}; used the plan's constraints")
     report["source"] = "llm" if spec is not None else "plan"
     if spec is None:
         # the planner's answer type: the label of its best seed (its path walk may end at another type
@@ -233,8 +234,8 @@ def rerank_seeds(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: Ag
         return invoke
 
     degraded: list[str] = []
-    try:
-        outcome = rerank(
+    got = call_or_fallback(
+        lambda: rerank(
             mode,
             state["question"],
             candidates,
@@ -243,10 +244,11 @@ def rerank_seeds(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: Ag
             structured=cfg.structured_output,
             passes=cfg.rerank_passes,
         )
-    except PlannerError as exc:  # call failures and spent budgets: the seeds keep their order
-        report["notes"].append(f"rerank stopped, original order kept: {exc}")
-        degraded.append(f"rerank ({mode}) failed, original order kept: {exc}")
-        outcome = None
+    )
+    outcome = None if isinstance(got, CallFailed) else got
+    if isinstance(got, CallFailed):  # call failures and spent budgets: the seeds keep their order
+        report["notes"].append(f"rerank stopped, original order kept: {got.error}")
+        degraded.append(f"rerank ({mode}) failed, original order kept: {got.error}")
     if usage.llm_calls:
         update["usage"] = {"rerank": usage.as_dict()}
     report["calls"] = usage.llm_calls
