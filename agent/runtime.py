@@ -23,7 +23,9 @@ from langchain_core.tools import BaseTool
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
-from agent.planning.llm import make_chat_model, visible_args
+from agent.llm.client import openai_chat_model
+from agent.llm.toolcalls import visible_args
+from agent.planning.offline import OfflinePlanner
 from graphs.skb.profile import profile_for
 from tools import make_tools
 
@@ -77,6 +79,13 @@ def run_concurrently(fn: Callable[[_T], _R], items: Sequence[_T], limit: int) ->
         if not future.cancel():  # a worker that never started has nothing left to do
             future.result()
     return results  # type: ignore[return-value]  # every slot was filled: the queue was drained
+
+
+def make_chat_model(config: AgentConfig, bundle: IndexBundle) -> BaseChatModel:
+    """The chat model behind the planner: ``ChatOpenAI`` or the offline (rule-based) planner."""
+    if config.planner == "offline":
+        return OfflinePlanner(bundle)
+    return openai_chat_model(config)
 
 
 class Runtime:

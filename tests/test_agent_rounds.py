@@ -60,7 +60,7 @@ class ProbeRuntime(Runtime):
         return {**super().tools(cfg, question), "probe": self.probe.tool()}
 
 
-def ProbeGraph(bundle: Any, config: Config, model: Any, probe: Probe) -> AgentGraph:  # noqa: N802 - reads as the class it was
+def ProbeGraph(bundle: Any, config: Config, model: Any, probe: Probe) -> AgentGraph:
     return AgentGraph(bundle, config, model, runtime=ProbeRuntime(bundle, config, model, probe))
 
 

@@ -13,18 +13,13 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from agent.config import AgentConfig
+from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
+from agent.llm.client import invoke_with_retry
+from agent.llm.toolcalls import check_tool_calls
 from agent.nodes.common import add_time
 from agent.nodes.guided import guided_round
 from agent.nodes.pool import merge_observation, select_seeds
 from agent.nodes.tool_io import budgeted, clamped
-from agent.planning.llm import (
-    Budget,
-    CallFailed,
-    Usage,
-    call_or_fallback,
-    check_tool_calls,
-    invoke_with_retry,
-)
 from agent.runtime import Runtime, run_concurrently
 from agent.stages.refine import Next, next_stage
 from agent.state import AgentState, Candidate

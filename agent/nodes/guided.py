@@ -10,6 +10,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from agent.config import AgentConfig
+from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
+from agent.llm.client import invoke_with_retry
+from agent.llm.toolcalls import check_tool_calls
 from agent.nodes.common import add_time, path_text
 from agent.nodes.tool_io import clamped
 from agent.planning.guided import (
@@ -21,14 +24,6 @@ from agent.planning.guided import (
     round_tools,
     round_view,
     state_block,
-)
-from agent.planning.llm import (
-    Budget,
-    CallFailed,
-    Usage,
-    call_or_fallback,
-    check_tool_calls,
-    invoke_with_retry,
 )
 from agent.runtime import Runtime
 from agent.state import AgentState

@@ -11,21 +11,14 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
+from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
 from agent.nodes.common import elapsed_ms, path_text, to_dict
-from agent.planning.llm import (
-    Budget,
-    CallFailed,
-    InvalidPlanError,
-    PlannerCallError,
-    PlanOutcome,
-    Usage,
-    call_or_fallback,
-    llm_plan,
-)
+from agent.planning.llm import PlanOutcome, llm_plan
 from agent.planning.targets import predict_target_type, relation_paths
 from agent.planning.walks import ranked_walks
 from agent.runtime import Runtime
 from agent.state import AgentState
+from graphs.errors import InvalidPlanError, PlannerCallError
 from graphs.skb.profile import profile_for
 from graphs.text_safety import block_json, neutralize_plan_tags, quoted
 from prompts import render_prompt

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphs.errors import GuidedCallError
 from graphs.skb.model import GraphSchema
 from graphs.text_safety import clean_text, quoted
 from graphs.tokens import count_tokens
@@ -187,9 +188,6 @@ def round_tools(view: RoundView, per_call_k: int, menu_only: bool = False) -> li
         }, ["option"]))
     return tools
 
-
-class GuidedCallError(ValueError):
-    """The model's call names something the round did not offer; the message says what and what is valid."""
 
 
 def read_call(

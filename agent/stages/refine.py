@@ -29,7 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
-from agent.planning.llm import Budget, CallFailed, Usage, call_or_fallback
+from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
 from agent.runtime import Runtime
 from agent.stages.constraints import extract_constraints, ground, offline_spec, run_constraints, satisfied_by_any
 from agent.stages.rerank import Candidate as RerankCandidate

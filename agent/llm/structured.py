@@ -28,7 +28,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import BaseModel, ValidationError
 
-from graphs.errors import PlannerError
+from graphs.errors import NearJSONError, PlannerError
 from graphs.skb.model import GraphSchema
 
 T = TypeVar("T", bound=BaseModel)
@@ -38,11 +38,6 @@ OutputMode = Literal["tool", "text"]
 REPAIR_QUOTE_CHARS = 600
 #: Most validation errors quoted back (the first ones are the ones to fix).
 REPAIR_MAX_ERRORS = 8
-
-
-class NearJSONError(ValueError):
-    """The text holds no JSON value we could recover."""
-
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
