@@ -23,7 +23,7 @@ from agent.linking.definitions import build_definition_table
 from agent.linking.entities import EntityLinker
 from agent.linking.lexicon import FRAME_WORDS, normalise
 from agent.linking.settings import ClauseSettings
-from agent.planning.offline import feature_groups, rank_targets
+from agent.planning.ranking import feature_groups, rank_targets
 from agent.scoring.stored import model_for
 from graphs.index.phrases import definition_sentences, phrase_entries, phrase_index_for
 from graphs.skb.model import SKB, Edge, Node, NodeType
