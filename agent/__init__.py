@@ -7,6 +7,9 @@ share with the question), ``planning`` (target type, relation paths, the offline
 retriever), ``cli``;
 ``graph`` wires them into the LangGraph state machine and ``api`` runs it.
 
+Every error the agent raises on purpose is an ``SKBError`` (``graphs.errors``, one module) and is
+exported here too: ``from agent import SKBError, ConfigError, PlannerError, BudgetSpentError``.
+
 Exports resolve lazily so that importing a submodule (``agent.linking.entities``) does not pull in
 LangGraph and the tools.
 """
@@ -21,8 +24,32 @@ if TYPE_CHECKING:
     from agent.results import AgentResult
     from agent.serving.retriever import SKBRetriever
     from agent.serving.toolkit import SKBToolkit
+    from graphs.errors import (
+        BudgetSpentError,
+        ConfigError,
+        InvalidPlanError,
+        PlannerCallError,
+        PlannerError,
+        PlannerTimeoutError,
+        SKBError,
+    )
 
-__all__ = ["AgentConfig", "AgentResult", "SKBRetriever", "SKBToolkit", "aask", "ask", "build_agent"]
+__all__ = [
+    "AgentConfig",
+    "AgentResult",
+    "BudgetSpentError",
+    "ConfigError",
+    "InvalidPlanError",
+    "PlannerCallError",
+    "PlannerError",
+    "PlannerTimeoutError",
+    "SKBError",
+    "SKBRetriever",
+    "SKBToolkit",
+    "aask",
+    "ask",
+    "build_agent",
+]
 
 _HOMES = {
     "build_agent": "agent.api",
@@ -36,9 +63,14 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'agent' has no attribute {name!r}")
     import importlib
 
+    home = _HOMES.get(name)
+    if home is None:
+        # every public error of the project (graphs.errors: one module, one root) is an export too
+        errors = importlib.import_module("graphs.errors")
+        found = getattr(errors, name, None) if name.endswith(("Error", "Error_")) else None
+        if isinstance(found, type) and issubclass(found, errors.SKBError):
+            return found
+        raise AttributeError(f"module 'agent' has no attribute {name!r}")
     return getattr(importlib.import_module(home), name)

@@ -2,10 +2,17 @@
 
 Why one model: the CLI, the eval harness and library callers all tune the same knobs;
 a single validated model means a typo in an override is an error, not a silent default.
+
+Settings come in sections (``AgentConfig.sections()``): ``clause``, ``constraint``, ``rerank``, ``guided``,
+``llm`` and ``scoring`` group the fields that share a prefix (``clause.candidates`` is the field
+``clause_candidates``; ``rerank.mode`` is ``rerank`` and ``constraint.enabled`` is ``constraints``).
+Overrides name a setting flat (``clause_candidates``), dotted (``clause.candidates``) or as a section
+(``{"clause": {"candidates": 3}}``); ``skb ask --set clause.candidates=3`` does the same.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -275,15 +282,95 @@ class AgentConfig(BaseModel):
             phrase_temperature=self.clause_phrase_temperature,
         )
 
-    def with_overrides(self, overrides: Mapping[str, Any] | None) -> AgentConfig:
-        """This config with the known keys of ``overrides`` applied (unknown keys are ignored:
-        ``configurable`` also carries LangGraph's own entries such as ``thread_id``)."""
+    @classmethod
+    def sections(cls) -> dict[str, dict[str, str]]:
+        """The settings by section: section -> {key in the section: field name}."""
+        return {name: dict(keys) for name, keys in _sections(tuple(cls.model_fields)).items()}
+
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """Every name an override may use: the fields and their dotted section names."""
+        dotted = [f"{section}.{key}" for section, keys in cls.sections().items() for key in keys]
+        return sorted([*cls.model_fields, *dotted])
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None, *, runtime_keys: bool = True) -> AgentConfig:
+        """This config with ``overrides`` applied: field names, dotted section names (``clause.candidates``)
+        or sections (``{"clause": {"candidates": 3}}``). A name that is none of these is a ConfigError
+        listing the valid ones (a typo must not silently keep the default), except the entries LangGraph
+        and LangChain keep in ``configurable`` beside ours (``thread_id``, ``checkpoint_*``, ``langgraph_*``,
+        ``__...``) and the retriever's call settings (``CALLER_KEYS``), skipped unless ``runtime_keys`` is
+        False (the CLI's ``--set``: there every name must be a setting)."""
         if not overrides:
             return self
-        known = {k: v for k, v in overrides.items() if k in type(self).model_fields}
+        known = _flat_overrides(type(self), overrides, runtime_keys)
         if not known:
             return self
         try:
             return type(self).model_validate({**self.model_dump(), **known})
         except ValidationError as exc:
             raise ConfigError(f"invalid agent setting in configurable {sorted(known)}: {exc}") from exc
+
+
+#: Prefixes of field names that form a section (``clause_candidates`` -> ``clause.candidates``).
+SECTION_PREFIXES = ("clause", "constraint", "rerank", "guided", "llm")
+#: Sections and keys that are not a prefix of their field's name.
+EXTRA_SECTION_KEYS = {
+    "constraint": {"enabled": "constraints"},
+    "rerank": {"mode": "rerank"},
+    "scoring": {name: name for name in ("frequency_mix", "size_penalty", "direct_weight", "intermediate_temperature",
+                                        "partial_credit_power")},
+}
+#: ``configurable`` entries that LangGraph and LangChain keep beside ours (checkpointing, the server's
+#: run and auth data) and the LangChain retriever's call settings (``agent.serving.retriever.CALL_FIELDS``:
+#: LangChain hands a parent run's ``configurable`` to every child run, so they reach the graph too).
+RUNTIME_KEYS = frozenset({"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map", "run_id", "assistant_id",
+                          "graph_id", "user_id"})
+RUNTIME_PREFIXES = ("__", "langgraph_", "langsmith", "checkpoint_", "x-")
+CALLER_KEYS = frozenset({"mode", "label", "fusion"})
+
+
+@functools.lru_cache(maxsize=8)
+def _sections(fields: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Read-only by convention (cached: every node of every run resolves its overrides through it)."""
+    out: dict[str, dict[str, str]] = {}
+    for prefix in SECTION_PREFIXES:
+        out[prefix] = {f[len(prefix) + 1 :]: f for f in fields if f.startswith(prefix + "_")}
+    for section, keys in EXTRA_SECTION_KEYS.items():
+        out.setdefault(section, {}).update({k: f for k, f in keys.items() if f in fields})
+    return out
+
+
+def _flat_overrides(cls: type[AgentConfig], overrides: Mapping[str, Any], runtime_keys: bool) -> dict[str, Any]:
+    """``overrides`` with every setting under its field name; unknown names raise ConfigError."""
+    fields = cls.model_fields
+    sections = _sections(tuple(fields))
+    known: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in overrides.items():
+        key = str(key)
+        if key in sections and isinstance(value, Mapping):  # before fields: ``rerank`` is both
+            for sub, sub_value in value.items():
+                field = sections[key].get(str(sub))
+                if field is None:
+                    unknown.append(f"{key}.{sub}")
+                else:
+                    known[field] = sub_value
+        elif key in fields:
+            known[key] = value
+        elif "." in key and key.split(".", 1)[0] in sections:
+            section, sub = key.split(".", 1)
+            field = sections[section].get(sub)
+            if field is None:
+                unknown.append(key)
+            else:
+                known[field] = value
+        elif runtime_keys and (key in RUNTIME_KEYS or key in CALLER_KEYS or key.startswith(RUNTIME_PREFIXES)):
+            continue
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ConfigError(
+            f"unknown agent setting(s) {sorted(unknown)}; valid names: {', '.join(cls.setting_names())} "
+            "(fields, or section.key)"
+        )
+    return known

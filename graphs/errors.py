@@ -6,6 +6,8 @@ Every error a user can cause carries a message that names *what* is wrong and
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SKBError(Exception):
     """Root of every error this project raises on purpose."""
@@ -100,3 +102,32 @@ class GuidedCallError(SKBError, ValueError):
 
 class PlannerError(SKBError):
     """The planner (LLM or offline) failed in a way retries could not repair."""
+
+
+# -- the agent's model calls (agent.llm, agent.planning) ------------------------------------------
+class PlannerCallError(PlannerError):
+    """The model call itself failed (unreachable, timed out, rate-limited, garbage reply) after the
+    bounded retries -- as opposed to a reply that arrived but made no sense. The agent reacts by
+    degrading to the offline planner (``AgentConfig.degrade_to_offline``)."""
+
+
+class PlannerTimeoutError(PlannerCallError):
+    """The model did not answer within the call's timeout. Not retried: the same prompt on the same
+    model would take as long again (the issue's reproduction paid 4 x 60 s for it)."""
+
+
+class BudgetSpentError(PlannerError):
+    """A per-question budget (``max_llm_calls``, ``max_prompt_tokens``, ``max_wall_s``) does not allow
+    another model call; ``budget`` names which."""
+
+    def __init__(self, budget: str, message: str) -> None:
+        super().__init__(message)
+        self.budget = budget
+
+
+class InvalidPlanError(PlannerError):
+    """The model's plan stayed invalid after the repair rounds; ``report`` says what it tried."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report

@@ -18,6 +18,7 @@ from agent import AgentConfig, ask
 from agent.config import AgentConfig as Config
 from agent.fake_llm import ScriptedChatModel
 from agent.graph import AgentGraph
+from agent.runtime import Runtime
 from tests.openai_stub import Stub, completion
 from tools.results import CHARS_PER_TOKEN, estimate_tokens
 
@@ -50,13 +51,17 @@ class Probe:
         return StructuredTool.from_function(run, name="probe", description="records its span", args_schema=ProbeArgs)
 
 
-class ProbeGraph(AgentGraph):
+class ProbeRuntime(Runtime):
     def __init__(self, bundle: Any, config: Config, model: Any, probe: Probe) -> None:
         super().__init__(bundle, config, model)
         self.probe = probe
 
     def tools(self, cfg: Config, question: str) -> dict[str, BaseTool]:
         return {**super().tools(cfg, question), "probe": self.probe.tool()}
+
+
+def ProbeGraph(bundle: Any, config: Config, model: Any, probe: Probe) -> AgentGraph:
+    return AgentGraph(bundle, config, model, runtime=ProbeRuntime(bundle, config, model, probe))
 
 
 def _probe_round(n: int) -> AIMessage:
@@ -176,7 +181,7 @@ def test_openai_http_prompt_growth_per_round_stays_within_the_budget(openai_stub
 
 
 def test_run_concurrently_caps_parallelism_keeps_order_and_uses_the_calling_thread() -> None:
-    from agent.graph import run_concurrently
+    from agent.runtime import run_concurrently
 
     lock = threading.Lock()
     active = {"now": 0, "most": 0}
@@ -202,7 +207,8 @@ def test_run_concurrently_caps_parallelism_keeps_order_and_uses_the_calling_thre
 
 def test_run_concurrently_finishes_when_the_shared_pool_is_busy() -> None:
     """Other questions' calls may hold every pooled thread: the calling thread drains the queue alone."""
-    from agent.graph import TOOL_THREADS, _shared_pool, run_concurrently
+    from agent.runtime import TOOL_THREADS, run_concurrently
+    from agent.runtime import shared_pool as _shared_pool
 
     release = threading.Event()
     blockers = [_shared_pool().submit(release.wait, 10) for _ in range(TOOL_THREADS)]

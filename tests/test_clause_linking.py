@@ -23,7 +23,7 @@ from agent.linking.definitions import build_definition_table
 from agent.linking.entities import EntityLinker
 from agent.linking.lexicon import FRAME_WORDS, normalise
 from agent.linking.settings import ClauseSettings
-from agent.planning.offline import feature_groups, rank_targets
+from agent.planning.ranking import feature_groups, rank_targets
 from agent.scoring.stored import model_for
 from graphs.index.phrases import definition_sentences, phrase_entries, phrase_index_for
 from graphs.skb.model import SKB, Edge, Node, NodeType
@@ -376,19 +376,20 @@ def test_a_question_naming_no_answer_type_plans_for_the_profiles_default_label(
     """Without a type word the plan has no target (semantic search over every label) unless the profile
     names a default answer label that this SKB has: then the schema's paths lead to it."""
     from agent.graph import AgentGraph
+    from agent.nodes.plan import heuristic_plan
 
     question = "Something with a kettle and a toaster -- any idea?"
     linked = [e.model_dump() for e in EntityLinker(catalog).link(question, 20)]
     assert {e["key"] for e in linked} == {"C_KETTLE", "C_TOASTER"}
     graph = AgentGraph(catalog, AgentConfig())
-    assert graph._heuristic_plan(question, linked, AgentConfig()) == (None, [])
+    assert heuristic_plan(graph.runtime, question, linked, AgentConfig()) == (None, [])
 
     base = catalog.skb.profile
     monkeypatch.setattr(catalog.skb, "profile", base.model_copy(update={"planner": PlannerSpec(default_answer_label="Product")}))
-    target, paths = graph._heuristic_plan(question, linked, AgentConfig())
+    target, paths = heuristic_plan(graph.runtime, question, linked, AgentConfig())
     assert target == "Product"
     assert [{"rel": "IN_CATEGORY", "direction": "in", "to_label": "Product"}] in paths
     # A type word still wins over the default, and a default label the SKB lacks is ignored.
-    assert graph._heuristic_plan("Which category has a kettle?", linked, AgentConfig())[0] == "Category"
+    assert heuristic_plan(graph.runtime, "Which category has a kettle?", linked, AgentConfig())[0] == "Category"
     monkeypatch.setattr(catalog.skb, "profile", base.model_copy(update={"planner": PlannerSpec(default_answer_label="Recipe")}))
-    assert graph._heuristic_plan(question, linked, AgentConfig()) == (None, [])
+    assert heuristic_plan(graph.runtime, question, linked, AgentConfig()) == (None, [])

@@ -119,7 +119,7 @@ def test_joint_rescoring_links_a_paraphrase_the_nearest_phrase_gets_wrong(
 
 
 def test_rescored_clause_ranks_the_right_kit(workshop: Any) -> None:
-    from agent.planning.offline import rank_targets
+    from agent.planning.ranking import rank_targets
 
     question = PARAPHRASES[0][0]
     ranked = {}

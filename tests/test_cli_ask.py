@@ -101,3 +101,20 @@ def test_ask_table_with_openai_planner_and_trace(
     assert len(traces) == 1
     assert traces[0].name == "skb ask"
     assert traces[0].llm_calls == 3 and traces[0].tool_calls == 2
+
+
+def test_set_takes_section_keys_and_fields_and_a_typo_is_a_clean_error(hpo_index_dir: Path) -> None:
+    """``--set section.key=value`` reaches the agent (k=2 seeds, no expansion: two context items), and a
+    misspelt name is exit code 2 naming the valid ones, not a silently kept default."""
+    argv = ["ask", "Marfan syndrome", "--index-dir", str(hpo_index_dir), "--no-trace", "--json"]
+    ok = runner.invoke(app, [*argv, "--set", "k=2", "--set", "k_prime=0", "--set", "clause.candidates=3"])
+    assert ok.exit_code == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["context"]) == 2
+    typo = runner.invoke(app, [*argv, "--set", "clause.candidate=3"])
+    assert typo.exit_code == 2
+    flat = " ".join(typo.stderr.split())
+    assert "unknown agent setting(s) ['clause.candidate']" in flat and "clause.candidates" in flat
+    runtime = runner.invoke(app, [*argv, "--set", "thread_id=1"])  # no LangGraph key is a setting here
+    assert runtime.exit_code == 2 and "thread_id" in runtime.stderr
+    malformed = runner.invoke(app, [*argv, "--set", "k"])
+    assert malformed.exit_code == 2 and "write name=value" in malformed.stderr

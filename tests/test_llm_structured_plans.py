@@ -16,8 +16,9 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from agent import AgentConfig, ask
 from agent.fake_llm import ScriptedChatModel
-from agent.planning.llm import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, prompt_text, validate_plan
-from agent.planning.structured import NearJSONError, parse_near_json
+from agent.llm.client import prompt_text
+from agent.llm.structured import NearJSONError, parse_near_json
+from agent.planning.llm import PLAN_TOOL, PlanOnceSpec, PlanSpec, PlanStepSpec, validate_plan
 from graphs.errors import ConfigError, PlannerError
 from graphs.skb.model import GraphSchema, LabelInfo, RelationInfo
 from graphs.tokens import count_tokens, reset_calibration
@@ -388,7 +389,7 @@ def test_a_partial_plan_is_completed_from_the_heuristic_plan(hpo_bundle: Any) ->
 def test_the_tool_schema_is_self_contained() -> None:
     """llama.cpp's grammar converter cannot resolve ``$ref`` inside a tool schema (HTTP 500 "Error resolving
     ref" on the first real run): nested models are inlined, titles dropped."""
-    from agent.planning.structured import compact_schema, tool_spec
+    from agent.llm.structured import compact_schema, tool_spec
 
     schema = compact_schema(PlanOnceSpec)
     text = json.dumps(schema)

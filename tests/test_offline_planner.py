@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agent.planning.offline import OfflinePlanner, parse_plan, rank_targets, read_observations
+from agent.planning.offline import OfflinePlanner, parse_plan, read_observations
+from agent.planning.ranking import rank_targets
 from agent.planning.targets import predict_target_type, relation_paths
 from agent.scoring.ontology import Annotation, build_model, find_annotation
 from agent.scoring.stored import find_hierarchy, model_for

@@ -20,7 +20,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
-from agent.planning.offline import rank_targets
+from agent.planning.ranking import rank_targets
 from agent.scoring.ontology import match_value
 from agent.scoring.stored import model_for, stored_model
 from graphs.skb.model import SKB, Edge, Node, NodeType

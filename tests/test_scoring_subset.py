@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.planning.offline import rank_targets
+from agent.planning.ranking import rank_targets
 from agent.scoring import ontology
 from agent.scoring.stored import model_for
 from evals.scale.generate import generate

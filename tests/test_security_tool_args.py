@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
-from agent.planning.llm import check_tool_calls
+from agent.llm.toolcalls import check_tool_calls
 from tests.reliability_support import within
 from tools import make_tools
 

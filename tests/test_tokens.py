@@ -83,12 +83,13 @@ def test_a_long_text_is_tokenized_once_however_often_it_is_counted(monkeypatch: 
 def test_the_offline_planner_counts_no_prompt(hpo_bundle: object, monkeypatch: pytest.MonkeyPatch) -> None:
     # no prompt goes anywhere: counting one (the scratchpad and every tool schema) cost more than planning
     from agent import AgentConfig, ask
-    from agent.planning import llm
+    from agent.llm import budget, client
 
     def refuse(*args: object, **kwargs: object) -> int:
         raise AssertionError("the offline planner's prompt was counted")
 
-    monkeypatch.setattr(llm, "prompt_tokens", refuse)
+    monkeypatch.setattr(budget, "prompt_tokens", refuse)
+    monkeypatch.setattr(client, "prompt_tokens", refuse)
     result = ask("Which disease has brachydactyly and syndactyly?", bundle=hpo_bundle, config=AgentConfig())
     assert result.context and result.llm_calls == 0
 

@@ -177,7 +177,7 @@ def test_pool_merge_copies_on_write_and_leaves_the_previous_state_alone() -> Non
     entry before adding to it: the previous round's candidates never change under it."""
     import copy
 
-    from agent.graph import merge_observation
+    from agent.nodes.pool import merge_observation
 
     bundle = SimpleNamespace(skb=SimpleNamespace(nodes={}))
     previous: dict[str, Any] = {}

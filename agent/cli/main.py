@@ -112,6 +112,15 @@ def ask_command(
         bool | None, typer.Option("--trace/--no-trace", help="record a local trace (default: on unless SKB_TRACING=0)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the AgentResult as JSON")] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="any agent setting, repeatable: section.key=value or field=value (clause.candidates=3, "
+            "rerank.top=10, llm.timeout_s=30); the value is read as JSON when it parses, else as text; "
+            "wins over the options above",
+        ),
+    ] = None,
 ) -> None:
     """Ask a question; prints the ranked k + k' context with provenance and the answer."""
     from pydantic import ValidationError
@@ -144,6 +153,8 @@ def ask_command(
             config = AgentConfig.model_validate(settings)
         except ValidationError as exc:
             raise ConfigError(f"invalid option: {exc}") from exc
+        if set_:
+            config = config.with_overrides(parse_settings(set_), runtime_keys=False)
         with _startup_heap():
             bundle = IndexBundle.open(index_dir)
             bundle.warm_up()  # the embedder and graph server start while the agent's modules import
@@ -183,6 +194,25 @@ def ask_command(
         print_text(err_console, ("degraded:", "yellow"), note)
     for note in result.notes:
         print_text(err_console, "note:", note)
+
+
+def parse_settings(items: list[str]) -> dict[str, object]:
+    """``--set name=value`` items as overrides; a value is JSON when it parses (3, true, null, [..]), else text."""
+    import json
+
+    from graphs.errors import ConfigError
+
+    out: dict[str, object] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set {item!r}: write name=value (section.key=value, e.g. clause.candidates=3)")
+        try:
+            value: object = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[name.strip()] = value
+    return out
 
 
 # -- commands registered by other packages ------------------------------------------------------

@@ -189,6 +189,7 @@ def round_tools(view: RoundView, per_call_k: int, menu_only: bool = False) -> li
     return tools
 
 
+
 def read_call(
     call: Mapping[str, Any], view: RoundView, per_call_k: int, menu_only: bool = False
 ) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ order, and every candidate says which constraints it satisfied.
 
 Pipeline:
 1. *extract*: the model returns ``ConstraintSpec`` through structured output (a forced tool call,
-   validated against the graph schema, one repair round quoting the errors -- ``agent.planning.structured``);
+   validated against the graph schema, one repair round quoting the errors -- ``agent.llm.structured``);
    without an LLM the same spec comes from the plan (linked entities + one-hop relations between
    their label and the label of the planner's best seed); the graph node keeps such a constraint only
    if one of the planner's seeds satisfies it (else the planner walked a longer path from that
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from agent.planning.structured import OutputMode, bind_structured, compact_schema_text, structured_call
+from agent.llm.structured import OutputMode, bind_structured, compact_schema_text, structured_call
 from graphs.errors import SKBError
 from graphs.skb.model import SKB, GraphSchema
 from graphs.store.aggregate import JoinCondition, JoinTriplet, constraint_join_query

@@ -23,22 +23,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from agent.config import AgentConfig
-from agent.planning.llm import Budget, BudgetSpentError, Usage
+from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
+from agent.runtime import Runtime
 from agent.stages.constraints import extract_constraints, ground, offline_spec, run_constraints, satisfied_by_any
 from agent.stages.rerank import Candidate as RerankCandidate
 from agent.stages.rerank import bind_for, rerank
 from agent.state import AgentState, Candidate, SeedItem
-from graphs.errors import PlannerError
 from tools.common import schema_of
-
-if TYPE_CHECKING:
-    from agent.graph import AgentGraph
 
 Next = Literal["constrain", "rerank", "expand"]
 
@@ -59,35 +56,35 @@ def _elapsed_ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 3)
 
 
-def _llm_available(graph: AgentGraph, cfg: AgentConfig, state: AgentState) -> bool:
+def _llm_available(rt: Runtime, cfg: AgentConfig, state: AgentState) -> bool:
     """An LLM to ask: a configured LLM planner (or an injected chat model) whose budget is not spent and
     which has not failed for good this run (the planner then went offline; plan-once mode runs the
     offline executor by design, so there that flag says nothing about the model)."""
     failed = bool(state.get("planner_offline")) and cfg.planner_mode != "plan-once"
-    return graph.stage_counts_llm(cfg) and not state.get("budget_stop") and not failed
+    return rt.stage_counts_llm(cfg) and not state.get("budget_stop") and not failed
 
 
-def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
+def constrain(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
     """Extract, ground, join and relax; the join's candidates go in front of the seeds."""
     start = time.perf_counter()
     question = state["question"]
     linked = list(state.get("linked_entities") or [])
-    schema = schema_of(graph.bundle)
+    schema = schema_of(rt.bundle)
     usage = Usage()
     degraded: list[str] = []
     # the top seeds as the stage found them: what a report of the stage's effect compares against
     report: dict[str, Any] = {"before": [str(s["key"]) for s in (state.get("seeds") or [])[:REPORTED_KEYS]]}
     spec = None
     anchors: dict[str, list[str]] = {}
-    if _llm_available(graph, cfg, state):
+    if _llm_available(rt, cfg, state):
         budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
 
         def call(bound: Any, history: Sequence[BaseMessage]) -> AIMessage:
             return budget.call(bound, history, cfg, usage)
 
-        try:
-            spec, extraction = extract_constraints(
-                graph.stage_model(cfg),
+        got = call_or_fallback(
+            lambda: extract_constraints(
+                rt.stage_model(cfg),
                 question,
                 schema,
                 linked,
@@ -96,19 +93,21 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
                 budget_tokens=cfg.constraint_prompt_tokens,
                 repairs=cfg.plan_repairs,
             )
+        )
+        if isinstance(got, CallFailed):
+            how = "skipped" if got.budget is not None else "failed"
+            degraded.append(f"constraint extraction {how}: {got.error}; used the plan's constraints")
+        else:
+            spec, extraction = got
             report["extraction"] = extraction
             if spec is None:
                 degraded.append("constraint extraction stayed invalid after the repair; used the plan's constraints")
-        except BudgetSpentError as exc:
-            degraded.append(f"constraint extraction skipped: {exc}; used the plan's constraints")
-        except PlannerError as exc:
-            degraded.append(f"constraint extraction failed: {exc}; used the plan's constraints")
     report["source"] = "llm" if spec is not None else "plan"
     if spec is None:
         # the planner's answer type: the label of its best seed (its path walk may end at another type
         # than the heuristic plan's guess), else the plan's target type
         planned = state.get("seeds") or []
-        top = graph.bundle.skb.nodes.get(planned[0]["key"]) if planned else None
+        top = rt.bundle.skb.nodes.get(planned[0]["key"]) if planned else None
         spec, anchors = offline_spec(top.label if top is not None else state.get("target_type"), linked, schema)
     update: dict[str, Any] = {"degraded": degraded}
     if usage.llm_calls:
@@ -119,14 +118,14 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         return update
 
     def link(mention: str) -> list[dict[str, Any]]:
-        return [e.model_dump() for e in graph.linker().link(mention, cfg.constraint_anchors)]
+        return [e.model_dump() for e in rt.linker().link(mention, cfg.constraint_anchors)]
 
     constraints, ungrounded = ground(spec, schema, link, cfg.constraint_anchors, anchors)
     if report["source"] == "plan" and state.get("seeds"):
         # a constraint none of the planner's seeds satisfies is not what the plan found: the planner
         # walked a longer path from that entity (e.g. the films of the director of the films of X)
         keys = [str(s["key"]) for s in state.get("seeds") or []]
-        implied = [c for c in constraints if c.kind != "triplet" or satisfied_by_any(graph.bundle.skb, keys, c)]
+        implied = [c for c in constraints if c.kind != "triplet" or satisfied_by_any(rt.bundle.skb, keys, c)]
         report["not_implied"] = [c.text for c in constraints if all(c is not i for i in implied)]
         constraints = implied
         if len(constraints) < 2:
@@ -135,7 +134,7 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
             report["single"] = [c.text for c in constraints]
             constraints = []
     result = run_constraints(
-        graph.bundle,
+        rt.bundle,
         spec.target_type,
         constraints,
         cfg.k,
@@ -167,7 +166,7 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
         prov = {"tool": "constraints", "step": level, "query": active[level]}
         entry = pool.get(key)
         if entry is None:
-            pool[key] = Candidate(score=0.0, support=support, label=graph.bundle.skb.nodes[key].label, provenance=[prov])
+            pool[key] = Candidate(score=0.0, support=support, label=rt.bundle.skb.nodes[key].label, provenance=[prov])
         elif prov not in entry["provenance"]:
             entry["provenance"].append(prov)
     share = {s.level: len(s.active) / total for s in result.steps}
@@ -200,7 +199,7 @@ def constrain(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg:
     return update
 
 
-def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
+def rerank_seeds(rt: Runtime, state: AgentState, config: RunnableConfig, cfg: AgentConfig) -> dict[str, Any]:
     """Reorder the top ``rerank_top`` seeds with the model; any failure keeps the original order."""
     start = time.perf_counter()
     mode = cfg.rerank
@@ -212,11 +211,11 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
     if mode == "none" or len(top) < 2:
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
-    if not _llm_available(graph, cfg, state):
+    if not _llm_available(rt, cfg, state):
         report["notes"].append("rerank needs an LLM (planner openai, stage_llm openai or a chat model) that has budget left and has not failed this run; skipped")
         update["timings_ms"] = {"rerank": _elapsed_ms(start)}
         return update
-    skb = graph.bundle.skb
+    skb = rt.bundle.skb
     candidates = [
         RerankCandidate(key=s["key"], label=skb.nodes[s["key"]].label, name=skb.nodes[s["key"]].name,
                         text=skb.node_text(s["key"]))
@@ -224,7 +223,7 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
     ]
     usage = Usage()
     budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
-    bind = bind_for(graph.stage_model(cfg), cfg.structured_output)
+    bind = bind_for(rt.stage_model(cfg), cfg.structured_output)
 
     def invoke_for(which: Any) -> Any:
         bound = bind(which)
@@ -235,8 +234,8 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
         return invoke
 
     degraded: list[str] = []
-    try:
-        outcome = rerank(
+    got = call_or_fallback(
+        lambda: rerank(
             mode,
             state["question"],
             candidates,
@@ -245,10 +244,11 @@ def rerank_seeds(graph: AgentGraph, state: AgentState, config: RunnableConfig, c
             structured=cfg.structured_output,
             passes=cfg.rerank_passes,
         )
-    except PlannerError as exc:  # call failures and spent budgets: the seeds keep their order
-        report["notes"].append(f"rerank stopped, original order kept: {exc}")
-        degraded.append(f"rerank ({mode}) failed, original order kept: {exc}")
-        outcome = None
+    )
+    outcome = None if isinstance(got, CallFailed) else got
+    if isinstance(got, CallFailed):  # call failures and spent budgets: the seeds keep their order
+        report["notes"].append(f"rerank stopped, original order kept: {got.error}")
+        degraded.append(f"rerank ({mode}) failed, original order kept: {got.error}")
     if usage.llm_calls:
         update["usage"] = {"rerank": usage.as_dict()}
     report["calls"] = usage.llm_calls

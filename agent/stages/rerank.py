@@ -31,7 +31,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from agent.planning.structured import bind_structured, read_structured
+from agent.llm.structured import bind_structured, read_structured
 from graphs.text_safety import quoted
 from graphs.tokens import count_tokens
 from prompts import render_prompt
