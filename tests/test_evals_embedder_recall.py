@@ -1,4 +1,4 @@
-"""evals.embedder_recall on the real mini HPO index: an index compared with itself agrees everywhere."""
+"""evals.studies.embedder_recall on the real mini HPO index: an index compared with itself agrees everywhere."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from evals.embedder_recall import _questions, _segments, compare
+from evals.studies.embedder_recall import _questions, _segments, compare
 
 
 def test_an_index_compared_with_itself_agrees_fully(hpo_bundle: Any) -> None:
@@ -30,7 +30,7 @@ def test_questions_and_segments_from_csv(tmp_path: Path) -> None:
 
 
 def test_a_missing_benchmark_is_a_message_not_a_traceback(tmp_path: Path) -> None:
-    from evals.embedder_recall import main
+    from evals.studies.embedder_recall import main
 
     with pytest.raises(SystemExit, match="benchmark file not found"):
         main(["--baseline", str(tmp_path), "--candidate", str(tmp_path), "--bench", str(tmp_path / "none.csv")])

@@ -1,4 +1,4 @@
-"""evals.ranking_ablation: twins pair by case and target type; a sweep links each question once and ranks the
+"""evals.studies.ranking_ablation: twins pair by case and target type; a sweep links each question once and ranks the
 twins beside the questions (real linker and scoring on the catalog graph of test_clause_linking)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
-from evals.ranking_ablation import LinkCache, evaluate, twin_rows
+from evals.studies.ranking_ablation import LinkCache, evaluate, twin_rows
 from tests.test_clause_linking import catalog  # noqa: F401  (the fixture)
 
 

@@ -1,4 +1,4 @@
-"""evals.ranking_ceiling: features hand-computed on the tiny Term/Item ontology; the cross-validated ranker
+"""evals.studies.ranking_ceiling: features hand-computed on the tiny Term/Item ontology; the cross-validated ranker
 learns a feature that decides the answer and keeps questions of one group in one fold."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from agent.scoring.stored import model_for
-from evals.ranking_ceiling import FEATURES, Instance, candidate_features, conditional_ic, cross_validate, fold_of
+from evals.studies.ranking_ceiling import (
+    FEATURES,
+    Instance,
+    candidate_features,
+    conditional_ic,
+    cross_validate,
+    fold_of,
+)
 from tests.test_offline_planner import tiny_skb
 
 LN2, LN4, LN43 = math.log(2), math.log(4), math.log(4 / 3)

@@ -3,7 +3,7 @@
 No errors, answers identical to serial runs, and nothing leaks: FalkorDB server processes and
 open file descriptors are the same after a second round as after the first (the first round
 warms the models, the compiled agent and the store's connection pool). The full 8 x 200 run is
-@slow; ``python -m evals.load_test`` reports latency percentiles and RSS for the same workload.
+@slow; ``python -m evals.studies.load_test`` reports latency percentiles and RSS for the same workload.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent import AgentConfig, ask
-from evals.load_test import make_questions, run_load
+from evals.studies.load_test import make_questions, run_load
 from tests.reliability_support import falkordb_children, open_fds, within
 
 pytestmark = pytest.mark.integration

@@ -282,7 +282,7 @@ def test_readme_block_runs(hpo_index_dir: Path) -> None:
 
 
 def test_overhead_benchmark_reports_equal_rankings(hpo_index_dir: Path) -> None:
-    from evals.retriever_overhead import measure
+    from evals.studies.retriever_overhead import measure
 
     report = measure(hpo_index_dir, [QUESTION, "Which disease is characterized by craniosynostosis?"], warmup=1)
     assert report["questions"] == 2 and len(report["passes"]) == 2

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agent.scoring.ontology import MAX_MEAN_ANCESTORS, closure_within, detect_hierarchy
-from evals.scale.generate import RELATIONS, TYPES, generate
+from evals.studies.scale.generate import RELATIONS, TYPES, generate
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.embedding.embedder import DEFAULT_EMBEDDER, get_embedder
@@ -124,7 +124,7 @@ def test_closure_budget_is_exact_and_tolerates_cycles() -> None:
 
 
 def test_scale_report_marks_growth_faster_than_linear(tmp_path: Path) -> None:
-    from evals.scale.report import load_rows, plots, table
+    from evals.studies.scale.report import load_rows, plots, table
 
     def row(nodes: int, hnsw_s: float) -> dict[str, object]:
         lat = {"p50_ms": 1.0, "p95_ms": 2.0, "n": 5}

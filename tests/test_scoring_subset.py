@@ -15,7 +15,7 @@ import pytest
 from agent.planning.offline import rank_targets
 from agent.scoring import ontology
 from agent.scoring.stored import model_for
-from evals.scale.generate import generate
+from evals.studies.scale.generate import generate
 from graphs.loaders.jsonl import load_jsonl
 from graphs.skb.model import SKB, Edge, Node
 from graphs.skb.profile import Profile, ScoringSpec

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from agent import AgentConfig, ask
 from agent.cli.main import app
-from evals.scale.generate import generate
+from evals.studies.scale.generate import generate
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.errors import StageMissingError

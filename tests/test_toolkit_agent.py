@@ -324,7 +324,7 @@ def test_example_and_eval_against_an_openai_compatible_endpoint(
     assert first["messages"][0] == {"role": "system", "content": AGENT_INSTRUCTIONS}
 
     # the measuring script: first tool, top-1 named in the final answer, tokens from the endpoint's usage
-    from evals.toolkit_agent import main as eval_main
+    from evals.studies.toolkit_agent import main as eval_main
 
     bench = tmp_path / "bench.csv"
     with bench.open("w", newline="") as fh:

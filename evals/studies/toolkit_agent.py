@@ -7,7 +7,7 @@ its result. Per question this records which tool the model called first, whether
 names `ask`'s top answer (and the gold answer), the endpoint's real token counts (`usage`, as
 LangChain's ``usage_metadata``) and wall seconds.
 
-    python -m evals.toolkit_agent --index-dir .skb/hpo \\
+    python -m evals.studies.toolkit_agent --index-dir .skb/hpo \\
         --bench ../shared/bench/hpo_cases_dev_answerable.csv --style names -n 20 \\
         --base-url http://127.0.0.1:8771/v1 --model local --out runs/toolkit-agent
 

@@ -6,7 +6,7 @@ every other column, so the same gold answers measure the agent on the unmarked p
 
 Usage::
 
-    python -m evals.variants unbracket --bench in.csv --out out.csv [--per-style 300] [--seed 2026]
+    python -m evals.studies.variants unbracket --bench in.csv --out out.csv [--per-style 300] [--seed 2026]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ few tens of milliseconds and gives the same Hit@1 as the agent on the HPO dev su
 ranks the candidates its tools reached; ranking every target is the upper bound of that and
 matched it to within one question per 120 in our runs). Use ``skb eval`` for the final numbers.
 
-    python -m evals.ranking_ablation --index-dir DIR --bench a.csv --bench b.csv \
+    python -m evals.studies.ranking_ablation --index-dir DIR --bench a.csv --bench b.csv \
         [--set clause_candidates=1 ...] [--direct-paths-only] [--no-propagation] [--no-definitions] \
         [--config '{"size_penalty": 0.25}' --config '{"frequency_mix": 0.3}' ...] \
         [--twins named.csv --twin-style names]

@@ -1,12 +1,12 @@
 """Concurrent `ask` load against `skb mcp --transport http`: the server's memory per round.
 
-    python -m evals.mcp_ask_load --index-dir .skb/hpo --clients 16 --calls 25 --rounds 6
-    python -m evals.mcp_ask_load --index-dir .skb/hpo --server-env SKB_TRACING=0      # tracing off, to compare
+    python -m evals.studies.mcp_ask_load --index-dir .skb/hpo --clients 16 --calls 25 --rounds 6
+    python -m evals.studies.mcp_ask_load --index-dir .skb/hpo --server-env SKB_TRACING=0      # tracing off, to compare
 
 Why: a long-running server must plateau. With tracing on, the tracer's writer queue once grew
 without bound under concurrent questions (RSS 0.4 -> 4 GB in six rounds of 16 x 25 calls). Each
 round runs ``clients`` MCP sessions at once, each calling ``ask`` ``calls`` times on questions built
-from the index's node names (`evals.load_test.make_questions`); after each round the report records
+from the index's node names (`evals.studies.load_test.make_questions`); after each round the report records
 the server's RSS, errors, latency and the trace database's size. Bounded in time (--max-seconds).
 """
 
@@ -24,7 +24,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
-from evals.mcp_flood import _free_port, _wait_for_port, rss_mb
+from evals.studies.mcp_flood import _free_port, _wait_for_port, rss_mb
 
 
 class Round(BaseModel):
@@ -49,7 +49,7 @@ class AskLoadReport(BaseModel):
 
 
 def _questions(index_dir: Path, n: int) -> list[str]:
-    from evals.load_test import make_questions
+    from evals.studies.load_test import make_questions
     from graphs.bundle import IndexBundle
 
     with IndexBundle.open(index_dir) as bundle:

@@ -1,6 +1,6 @@
 """Load test: many threads asking questions of one open index; latency percentiles and memory.
 
-    python -m evals.load_test --index-dir .skb/hpo --threads 8 --calls 200
+    python -m evals.studies.load_test --index-dir .skb/hpo --threads 8 --calls 200
 
 Why: the agent, the tools and the IndexBundle are shared across threads in servers (MCP, HTTP)
 and eval runs. This drives ``ask`` (offline planner by default, no network) and
@@ -293,7 +293,7 @@ def run_load(
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m evals.load_test", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m evals.studies.load_test", description=__doc__.split("\n\n")[0])
     parser.add_argument("--index-dir", type=Path, required=True, help="an index built by `skb index`")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--calls", type=int, default=200, help="calls per thread")

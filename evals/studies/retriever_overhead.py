@@ -1,6 +1,6 @@
 """What the LangChain retriever costs on top of ``ask``, and that it returns the same ranking.
 
-    python -m evals.retriever_overhead --index-dir .skb/hpo --bench ../shared/bench/hpo_cases_dev_answerable.csv \
+    python -m evals.studies.retriever_overhead --index-dir .skb/hpo --bench ../shared/bench/hpo_cases_dev_answerable.csv \
         --limit 200 [--out runs/retriever-overhead.json]
 
 Each question goes through ``ask`` and ``SKBRetriever.invoke`` (agent mode, the same AgentConfig), in alternating

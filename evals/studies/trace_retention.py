@@ -1,6 +1,6 @@
 """Trace database size over many questions, with the retention settings in force.
 
-    python -m evals.trace_retention --source .skb/hpo/traces.sqlite --questions 10000 --out-db /tmp/t.sqlite
+    python -m evals.studies.trace_retention --source .skb/hpo/traces.sqlite --questions 10000 --out-db /tmp/t.sqlite
 
 Why: a server answering for weeks must not fill the disk with traces (2 GB after ~10,500 questions
 before retention existed). Asking 10,000 real questions takes hours on a small machine, so this

@@ -13,7 +13,7 @@ frequency-weighted best-match IC, log annotation count, query terms fully explai
 term or a narrower one), query terms unmatched, shared-closure conditional IC (Phrank-style), mean
 target->query match, share of the query's IC explained.
 
-    python -m evals.ranking_ceiling --index-dir DIR --bench a.csv [--bench b.csv] [--folds 5] [--top 50]
+    python -m evals.studies.ranking_ceiling --index-dir DIR --bench a.csv [--bench b.csv] [--folds 5] [--top 50]
 
 Each question's linked terms of the source label are its query; a described clause counts by its best
 candidate. Targets are ranked by their own annotations (no evidence through intermediates), so compare

@@ -7,7 +7,7 @@ fresh process that embeds one query (wall seconds, peak RSS, whether torch was i
 The machine's load average is printed before and after: on a shared machine the absolute
 figures move, the ratios much less (runtimes are interleaved round by round for that reason).
 
-    python -m evals.embedder_bench --names 1000 --texts 2000 --queries 200 --rounds 3
+    python -m evals.studies.embedder_bench --names 1000 --texts 2000 --queries 200 --rounds 3
 """
 
 from __future__ import annotations

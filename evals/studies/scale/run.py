@@ -5,7 +5,7 @@ stage (the build process and its children, the graph server included, sampled ev
 attributed to the stage its progress lines name), the index size per part, and warm query latency in one process
 (p50/p95 of ``bundle.search`` in each mode and of the offline agent, after one warm-up query).
 
-    python -m evals.scale.run --sizes 10000,100000 --out evals/reports/scale
+    python -m evals.studies.scale.run --sizes 10000,100000 --out evals/reports/scale
 
 Builds use the fast deterministic embedder (``hash:64``) unless ``--embedder`` says otherwise: a
 scale run measures everything but the model. Results append to ``<out>/results.jsonl`` (one line per
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.scale.generate import generate
+from evals.studies.scale.generate import generate
 
 _STAGE = re.compile(r"^\[(\w+)\]")
 

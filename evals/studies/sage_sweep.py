@@ -4,7 +4,7 @@ Candidates (per-field kNN pairs) are computed once; each percentile then only se
 edges, so a sweep costs one embedding pass plus one agent run per setting. SAGE is
 compared at an equal context budget: k seeds + k' neighbours against k + k' seeds.
 
-    python -m evals.sage_sweep --bench ../shared/bench/hpo_cases_dev.csv --index-dir .skb/hpo \
+    python -m evals.studies.sage_sweep --bench ../shared/bench/hpo_cases_dev.csv --index-dir .skb/hpo \
         --percentiles 90,95,97,99 --limit 300 --out runs/sage-sweep
 """
 

@@ -13,7 +13,7 @@ Deterministic for a seed: the same ``(nodes, seed)`` gives byte-identical files 
 Output is the generic exchange format (``nodes.jsonl.gz``, ``edges.jsonl.gz``, ``schema.json``), so
 ``skb index --dataset jsonl --data DIR`` builds it like any user's graph.
 
-    python -m evals.scale.generate --nodes 100000 --seed 0 --out .skb/scale-data/100k
+    python -m evals.studies.scale.generate --nodes 100000 --seed 0 --out .skb/scale-data/100k
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ kept per question (JSONL, resumable: a run of minutes per question survives an i
 The LLM is whatever OpenAI-compatible endpoint OPENAI_BASE_URL / OPENAI_API_KEY point at (a measuring
 instrument; nothing in the project depends on it)::
 
-    python -m evals.llm_plan_once --bench FILE.csv --index-dir .skb/hpo --n 20 --model local \
+    python -m evals.studies.llm_plan_once --bench FILE.csv --index-dir .skb/hpo --n 20 --model local \
         --out evals/reports/llm-plan-once/hpo [--stratify style] [--set max_hops=3]
 """
 
@@ -172,7 +172,7 @@ def _guided_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def runner_arguments(description: str, n: int) -> argparse.ArgumentParser:
-    """The options both real-model runners share (this one and ``evals.llm_stages``)."""
+    """The options both real-model runners share (this one and ``evals.studies.llm_stages``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--bench", type=Path, required=True)
     parser.add_argument("--index-dir", type=Path, required=True)

@@ -11,7 +11,7 @@ with the baseline's exact top-k (the candidate exact, the candidate's HNSW, and 
 baseline's own HNSW as the reference for what approximate search alone costs); top-1
 agreement. When both indexes hold a phrase artifact, the same for phrase vectors.
 
-    python -m evals.embedder_recall --baseline IDX_FP32 --candidate IDX_INT8 \
+    python -m evals.studies.embedder_recall --baseline IDX_FP32 --candidate IDX_INT8 \
         --bench ../shared/bench/hpo_cases_dev_answerable.csv --limit 300 --out report.json
 """
 

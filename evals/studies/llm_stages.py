@@ -1,6 +1,6 @@
 """Measure the constraint and rerank stages with a real model, per question and per stage.
 
-Why beside ``evals.llm_plan_once``: the same question picks and plan-once settings, but each row keeps
+Why beside ``evals.studies.llm_plan_once``: the same question picks and plan-once settings, but each row keeps
 what the generic eval ``Retrieval`` drops -- the constraint extraction (valid first try? repaired?),
 the relaxation steps, the rerank outcome (calls, valid replies, order changed, notes), Hit@1/Hit@5 of
 the seed order before each stage and after, and LLM calls / prompt tokens / time per stage -- next to
@@ -9,7 +9,7 @@ the offline planner with constraints from its plan on the same questions. The de
 so a measurement pays the stages' calls and no plan call; ``--method plan-once`` plans with the model too.
 The model is whatever OPENAI_BASE_URL / OPENAI_API_KEY point at (a measuring instrument only)::
 
-    python -m evals.llm_stages --bench FILE.csv --index-dir .skb/hpo --n 10 --model local \
+    python -m evals.studies.llm_stages --bench FILE.csv --index-dir .skb/hpo --n 10 --model local \
         --out evals/reports/llm-stages/hpo [--stratify target_type] [--set rerank_top=5] \
         [--set constraints=false --set 'rerank="pairwise"']
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from agent import AgentConfig, ask
 from evals.bench import Question, load_bench
-from evals.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments, token_agreement
+from evals.studies.llm_plan_once import METHODS, config_for, pick, run_rows, runner_arguments, token_agreement
 from graphs.bundle import IndexBundle
 
 STAGES = ("plan", "act", "constraints", "rerank")

@@ -1,7 +1,7 @@
 """Initialize flood against `skb mcp --transport http`: what many opened-and-abandoned sessions cost.
 
-    python -m evals.mcp_flood --index-dir .skb/hpo --requests 10050 --concurrency 50
-    python -m evals.mcp_flood --url http://127.0.0.1:8765/mcp --pid 1234      # a server already running
+    python -m evals.studies.mcp_flood --index-dir .skb/hpo --requests 10050 --concurrency 50
+    python -m evals.studies.mcp_flood --url http://127.0.0.1:8765/mcp --pid 1234      # a server already running
 
 Why: every `initialize` without a session id opens a stateful session that the server keeps until the
 client deletes it or it expires. A client that never comes back (or an attacker) can fill the session

@@ -1,8 +1,8 @@
 """The scale report: a table and plots of build cost and latency against graph size.
 
-    python -m evals.scale.report --results evals/reports/scale/results.jsonl --out evals/reports/scale
+    python -m evals.studies.scale.report --results evals/reports/scale/results.jsonl --out evals/reports/scale
 
-Reads the rows ``evals.scale.run`` appended (the last row per size wins) and writes ``table.md`` and
+Reads the rows ``evals.studies.scale.run`` appended (the last row per size wins) and writes ``table.md`` and
 ``build_time.png``, ``peak_rss.png``, ``index_size.png``, ``latency.png``. The growth column is the
 exponent ``b`` of ``cost ~ nodes^b`` between consecutive sizes: about 1 is linear, clearly above 1
 marks a stage that grows faster than the graph.
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = load_rows(args.results)
     if not rows:
-        parser.error(f"no measured sizes in {args.results}; run python -m evals.scale.run first")
+        parser.error(f"no measured sizes in {args.results}; run python -m evals.studies.scale.run first")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table(rows), encoding="utf-8")
     for name, data in plots(rows).items():
