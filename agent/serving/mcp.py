@@ -170,7 +170,7 @@ async def serve_stdio(server: Server[Any]) -> None:
 
 MCP_PATH = "/mcp"
 DEFAULT_MAX_SESSIONS = 128
-"""Open sessions kept at once. A session costs ~30 KB of server memory (measured: evals/studies/mcp_flood.py),
+"""Open sessions kept at once. A session costs ~30 KB of server memory (measured: evals/mcp_flood.py),
 so the table stays under ~5 MB; 128 is far beyond the few clients a local server has."""
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 600.0
 """A session with no request in flight for this long is closed (its id then answers 404 and the
