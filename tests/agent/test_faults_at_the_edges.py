@@ -1,4 +1,5 @@
-"""Reliability round 3 (issue 29): one test (or more) per item, named ``test_itemNN_...``.
+"""Faults and hostile data at the edges: the terminal, loader input, trace databases, index files, a frozen
+graph store, a full disk, a busy port -- each is shown inert, refused with a named fix, or kept bounded.
 
 Every test runs on a small graph generated here (labels ``Widget``/``Maker``/``Part``, relations
 ``made_by``/``has_part``: no dataset words), indexed for real (FalkorDB, HNSW, BM25, MiniLM).
@@ -66,7 +67,7 @@ def graph_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from graphs.build import IndexConfig, build_index
     from graphs.loaders.triples import load_triples
 
-    root = tmp_path_factory.mktemp("round3")
+    root = tmp_path_factory.mktemp("edges")
     kb, profile = write_graph(root / "data")
     index_dir = root / "index"
     build_index(load_triples(kb, profile), index_dir, IndexConfig(dataset="triples"))
@@ -84,10 +85,10 @@ def _assert_inert(text: str) -> None:
     assert "\\x1b[2J" in text  # shown visibly, not dropped
 
 
-# -- items 1-3: graph data and arguments never control the terminal or Rich ----------------------
+# -- graph data and arguments never control the terminal or Rich ----------------------
 
 @pytest.mark.parametrize("command", ["ask", "search"])
-def test_item01_escape_sequences_in_node_names_and_questions_are_shown_visibly(
+def test_escape_sequences_in_node_names_and_questions_are_shown_visibly(
     graph_index: Path, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SKB_TRACING", "0")
@@ -98,7 +99,7 @@ def test_item01_escape_sequences_in_node_names_and_questions_are_shown_visibly(
 
 
 @pytest.mark.parametrize("command", ["ask", "search"])
-def test_item01_item02_rich_tables_on_a_terminal_are_inert(
+def test_rich_tables_on_a_terminal_are_inert(
     graph_index: Path, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rich (terminal) table path: no escape sequence from data, markup shown as written."""
@@ -118,7 +119,7 @@ def test_item01_item02_rich_tables_on_a_terminal_are_inert(
     assert "[link=https://evil.example]click[/link]" in result.stdout
 
 
-def test_item02_print_table_never_interprets_markup_or_emits_hyperlinks() -> None:
+def test_print_table_never_interprets_markup_or_emits_hyperlinks() -> None:
     import io
 
     from rich.console import Console
@@ -143,7 +144,7 @@ def test_item02_print_table_never_interprets_markup_or_emits_hyperlinks() -> Non
         ["ask", "x", "--index-dir", "{index}/missing[/]"],
     ],
 )
-def test_item03_stray_closing_tags_in_arguments_and_data_never_crash(
+def test_stray_closing_tags_in_arguments_and_data_never_crash(
     graph_index: Path, argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from graphs import progress
@@ -159,7 +160,7 @@ def test_item03_stray_closing_tags_in_arguments_and_data_never_crash(
         assert "[/]" in result.stderr  # the bad value is quoted as written
 
 
-def test_item03_bracketed_fix_text_is_not_swallowed(tmp_path: Path) -> None:
+def test_bracketed_fix_text_is_not_swallowed(tmp_path: Path) -> None:
     # a schema.json that is not an object: the fix quotes the expected form, brackets and all
     data = tmp_path / "data"
     data.mkdir()
@@ -172,10 +173,10 @@ def test_item03_bracketed_fix_text_is_not_swallowed(tmp_path: Path) -> None:
     assert '"node_types": [...]' in flat
 
 
-# -- item 5: the Python API names a bad argument ---------------------------------------------
+# -- the Python API names a bad argument ---------------------------------------------
 
 @pytest.mark.parametrize("question", [42, b"what is made by Maker 0", None])
-def test_item05_ask_with_a_non_text_question_names_the_argument(graph_index: Path, question: object) -> None:
+def test_ask_with_a_non_text_question_names_the_argument(graph_index: Path, question: object) -> None:
     import asyncio
 
     from agent.api import aask, ask
@@ -191,9 +192,9 @@ def test_item05_ask_with_a_non_text_question_names_the_argument(graph_index: Pat
         assert "decode" in str(info.value)
 
 
-# -- item 8: a byte-order mark never becomes part of a key -----------------------------------
+# -- a byte-order mark never becomes part of a key -----------------------------------
 
-def test_item08_bom_at_the_start_of_a_triples_file_is_not_part_of_the_first_key(tmp_path: Path) -> None:
+def test_bom_at_the_start_of_a_triples_file_is_not_part_of_the_first_key(tmp_path: Path) -> None:
     import gzip
 
     from graphs.build import IndexConfig, build_index
@@ -214,10 +215,10 @@ def test_item08_bom_at_the_start_of_a_triples_file_is_not_part_of_the_first_key(
         assert [r[0] for r in rows] == ["Maker 0"]
 
 
-# -- item 11: names no store can hold are refused at load time, with file, line and field -----
+# -- names no store can hold are refused at load time, with file, line and field -----
 
 @pytest.mark.parametrize("rel", ["made`by", "made\x00by"])
-def test_item11_relation_with_a_backtick_or_nul_in_a_triples_file_names_file_and_line(
+def test_relation_with_a_backtick_or_nul_in_a_triples_file_names_file_and_line(
     tmp_path: Path, rel: str
 ) -> None:
     from graphs.loaders.triples import load_triples
@@ -240,7 +241,7 @@ def test_item11_relation_with_a_backtick_or_nul_in_a_triples_file_names_file_and
         ('[labels."Wid`get"]\ndescription = "x"\n', "labels", "Wid`get"),
     ],
 )
-def test_item11_profile_names_with_a_backtick_or_nul_name_file_line_and_field(
+def test_profile_names_with_a_backtick_or_nul_name_file_line_and_field(
     tmp_path: Path, patch: str, field: str, needle: str
 ) -> None:
     from graphs.skb.profile import load_profile
@@ -256,7 +257,7 @@ def test_item11_profile_names_with_a_backtick_or_nul_name_file_line_and_field(
     assert str(path) in msg and f"line {line}" in msg and field in msg and "fix:" in msg, msg
 
 
-def test_item11_jsonl_label_or_relation_with_a_backtick_is_refused_before_embedding(tmp_path: Path) -> None:
+def test_jsonl_label_or_relation_with_a_backtick_is_refused_before_embedding(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "nodes.jsonl").write_text(
@@ -278,9 +279,9 @@ def test_item11_jsonl_label_or_relation_with_a_backtick_is_refused_before_embedd
     assert not (tmp_path / "idx").exists()
 
 
-# -- item 15: no third-party warnings or debug lines ------------------------------------------
+# -- no third-party warnings or debug lines ------------------------------------------
 
-def test_item15_pyproject_license_raises_no_setuptools_deprecation() -> None:
+def test_pyproject_license_raises_no_setuptools_deprecation() -> None:
     import warnings
 
     from setuptools.config.pyprojecttoml import apply_configuration
@@ -292,7 +293,7 @@ def test_item15_pyproject_license_raises_no_setuptools_deprecation() -> None:
     assert not [w for w in caught if "license" in str(w.message).lower()], [str(w.message)[:200] for w in caught]
 
 
-def test_item15_bm25s_debug_lines_never_reach_a_configured_handler(caplog: pytest.LogCaptureFixture) -> None:
+def test_bm25s_debug_lines_never_reach_a_configured_handler(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
     from graphs.index.bm25 import BM25Index
@@ -302,7 +303,7 @@ def test_item15_bm25s_debug_lines_never_reach_a_configured_handler(caplog: pytes
     assert not [r for r in caplog.records if r.name.startswith("bm25s")], [r.getMessage() for r in caplog.records]
 
 
-# -- item 4: damaged, foreign or unwritable trace databases and pages --------------------------
+# -- damaged, foreign or unwritable trace databases and pages --------------------------
 
 def _run_row(**fields: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"dotted_order": "1", "name": "x", "run_type": "chain", "status": "success",
@@ -333,7 +334,7 @@ def _malformed(path: Path) -> Path:
 
 @pytest.mark.parametrize("kind", ["foreign", "malformed"])
 @pytest.mark.parametrize("sub", [["list"], ["show", "r1"], ["html", "r1", "-o", "{tmp}/page.html"]])
-def test_item04_trace_commands_on_a_foreign_or_damaged_database_exit_2_with_the_fix(
+def test_trace_commands_on_a_foreign_or_damaged_database_exit_2_with_the_fix(
     tmp_path: Path, kind: str, sub: list[str]
 ) -> None:
     db = tmp_path / "traces.sqlite"
@@ -348,7 +349,7 @@ def test_item04_trace_commands_on_a_foreign_or_damaged_database_exit_2_with_the_
     assert str(db) in flat and "move it aside" in flat and "Traceback" not in flat
 
 
-def test_item04_trace_html_into_a_directory_or_under_a_file_exits_2(tmp_path: Path) -> None:
+def test_trace_html_into_a_directory_or_under_a_file_exits_2(tmp_path: Path) -> None:
     db = _traced_db(tmp_path / "traces.sqlite")
     (tmp_path / "afile").write_text("x")
     for out, needle in ((tmp_path, "is a directory"), (tmp_path / "afile" / "page.html", "cannot write")):
@@ -357,7 +358,7 @@ def test_item04_trace_html_into_a_directory_or_under_a_file_exits_2(tmp_path: Pa
         assert needle in " ".join(result.stderr.split())
 
 
-def test_item04_ask_with_a_malformed_trace_db_answers_and_says_the_trace_was_not_recorded(
+def test_ask_with_a_malformed_trace_db_answers_and_says_the_trace_was_not_recorded(
     private_index: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agent.tracing import tracer
@@ -371,9 +372,9 @@ def test_item04_ask_with_a_malformed_trace_db_answers_and_says_the_trace_was_not
     assert "Sprocket 3" in result.stdout
 
 
-# -- items 6 and 7: the tracer's queue and the trace database stay bounded --------------------
+# -- the tracer's queue and the trace database stay bounded --------------------
 
-def test_item06_tracer_queue_is_bounded_and_counts_drops_when_the_writer_falls_behind(
+def test_tracer_queue_is_bounded_and_counts_drops_when_the_writer_falls_behind(
     graph_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Concurrent questions against a writer that cannot keep up (its database held busy): the queue
@@ -403,7 +404,7 @@ def test_item06_tracer_queue_is_bounded_and_counts_drops_when_the_writer_falls_b
     tracer.close()
 
 
-def test_item06_without_pressure_nothing_is_dropped(graph_index: Path, tmp_path: Path) -> None:
+def test_without_pressure_nothing_is_dropped(graph_index: Path, tmp_path: Path) -> None:
     from agent.api import ask
     from agent.tracing.tracer import LocalTracer
     from graphs.bundle import IndexBundle
@@ -418,7 +419,7 @@ def test_item06_without_pressure_nothing_is_dropped(graph_index: Path, tmp_path:
     tracer.close()
 
 
-def test_item07_retention_by_age_and_size(graph_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retention_by_age_and_size(graph_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Old traces go at open; the size limit holds while a writer keeps adding traces."""
     import datetime as dt
 
@@ -451,7 +452,7 @@ def test_item07_retention_by_age_and_size(graph_index: Path, tmp_path: Path, mon
     assert on_disk <= 0.25 * 1024 * 1024 * 2, on_disk  # incremental vacuum and the WAL limit give pages back
 
 
-def test_item07_bad_retention_setting_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_retention_setting_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.tracing import tracer as tracer_mod
     from graphs.errors import ConfigError
 
@@ -460,7 +461,7 @@ def test_item07_bad_retention_setting_names_the_variable(tmp_path: Path, monkeyp
         tracer_mod.LocalTracer(tmp_path / "t.sqlite")
 
 
-# -- item 9: a frozen graph store is named as the cause, and ask reports it -------------------
+# -- a frozen graph store is named as the cause, and ask reports it -------------------
 
 @pytest.fixture()
 def frozen(private_index: Path) -> Iterator[Any]:
@@ -479,7 +480,7 @@ def frozen(private_index: Path) -> Iterator[Any]:
         bundle.close()
 
 
-def test_item09_tools_on_a_frozen_store_blame_the_store_not_the_query(frozen: Any) -> None:
+def test_tools_on_a_frozen_store_blame_the_store_not_the_query(frozen: Any) -> None:
     import time
 
     from tools import make_tools
@@ -500,7 +501,7 @@ def test_item09_tools_on_a_frozen_store_blame_the_store_not_the_query(frozen: An
     assert time.monotonic() - t0 < max(3.0, first_s / 2)  # the next call does not wait the full timeout again
 
 
-def test_item09_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any) -> None:
+def test_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any) -> None:
     from agent.api import ask
 
     result = within(120, lambda: ask("who is the maker of Sprocket 3", bundle=frozen), "ask on a frozen store")
@@ -509,7 +510,7 @@ def test_item09_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any) -> Non
     assert "graph store" in text and "FalkorDB" in text
 
 
-# -- item 10: damage inside large files (past the sampled check) is named, with verify and rebuild ---
+# -- damage inside large files (past the sampled check) is named, with verify and rebuild ---
 
 @pytest.fixture()
 def sampled_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -534,7 +535,7 @@ def _overwrite_middle(path: Path) -> None:
 
 
 @pytest.mark.parametrize("rel", ["falkordb/dump.rdb", "skb/compact/node_props.bin"])
-def test_item10_damage_inside_a_large_file_is_named_with_verify_and_the_rebuild_command(
+def test_damage_inside_a_large_file_is_named_with_verify_and_the_rebuild_command(
     sampled_index: Path, rel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from graphs.manifest import Manifest
@@ -554,9 +555,9 @@ def test_item10_damage_inside_a_large_file_is_named_with_verify_and_the_rebuild_
     assert verify.exit_code == 2 and rel in " ".join(verify.stderr.split())
 
 
-# -- item 12: an over-long key is refused where it is read, with the right diagnosis ------------
+# -- an over-long key is refused where it is read, with the right diagnosis ------------
 
-def test_item12_key_over_4096_bytes_is_refused_at_load_with_file_and_line(tmp_path: Path) -> None:
+def test_key_over_4096_bytes_is_refused_at_load_with_file_and_line(tmp_path: Path) -> None:
     from graphs.loaders.triples import load_triples
 
     long_name = "Sprocket " + "é" * 2100  # 4,209 bytes in UTF-8, 2,109 characters
@@ -570,7 +571,7 @@ def test_item12_key_over_4096_bytes_is_refused_at_load_with_file_and_line(tmp_pa
         load_triples(kb, profile)
 
 
-def test_item12_jsonl_key_at_the_limit_loads_and_over_it_names_the_line(tmp_path: Path) -> None:
+def test_jsonl_key_at_the_limit_loads_and_over_it_names_the_line(tmp_path: Path) -> None:
     from graphs.build import IndexConfig, build_index
     from graphs.bundle import IndexBundle
     from graphs.loaders.jsonl import load_jsonl
@@ -591,9 +592,9 @@ def test_item12_jsonl_key_at_the_limit_loads_and_over_it_names_the_line(tmp_path
         load_jsonl(data)
 
 
-# -- item 13: a failed SAVE says why, without pointing into a deleted directory -----------------
+# -- a failed SAVE says why, without pointing into a deleted directory -----------------
 
-def test_item13_failed_save_quotes_the_reason_and_free_space(tmp_path: Path) -> None:
+def test_failed_save_quotes_the_reason_and_free_space(tmp_path: Path) -> None:
     """A real server whose SAVE fails (dump.rdb is a directory, so the final rename fails, as a full
     disk fails the write): the error quotes the server's reason, not an empty one."""
     from graphs.errors import StoreError
@@ -615,7 +616,7 @@ def test_item13_failed_save_quotes_the_reason_and_free_space(tmp_path: Path) -> 
     assert "SAVE after load failed: ;" not in msg and "see " not in msg
 
 
-def test_item13_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> None:
+def test_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> None:
     import redis
 
     from graphs.store.falkordb_server import FalkorDBServer
@@ -626,7 +627,7 @@ def test_item13_no_space_in_the_log_is_called_a_full_disk(tmp_path: Path) -> Non
     assert "No space left on device" in msg and "the disk is full" in msg
 
 
-# -- item 14: no "serving" banner before a failure; no advice naming options that do not exist ----
+# -- no "serving" banner before a failure; no advice naming options that do not exist ----
 
 def _import_mcp_outside_the_runner() -> None:
     """The MCP SDK binds ``sys.stderr`` as a default argument when first imported; imported under
@@ -636,7 +637,7 @@ def _import_mcp_outside_the_runner() -> None:
     import agent.serving.mcp  # noqa: F401
 
 
-def test_item14_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Path) -> None:
+def test_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Path) -> None:
     import socket
 
     _import_mcp_outside_the_runner()
@@ -655,14 +656,14 @@ def test_item14_mcp_http_on_a_busy_port_fails_before_any_banner(graph_index: Pat
     assert "MCP streamable HTTP on" not in result.stderr
 
 
-def test_item14_mcp_http_on_a_missing_index_fails_before_any_banner(tmp_path: Path) -> None:
+def test_mcp_http_on_a_missing_index_fails_before_any_banner(tmp_path: Path) -> None:
     _import_mcp_outside_the_runner()
     result = runner.invoke(app, ["mcp", "--transport", "http", "--index-dir", str(tmp_path / "nope")])
     assert result.exit_code == 2, (result.output, result.exception)
     assert "no index at" in result.stderr and "MCP streamable HTTP on" not in result.stderr
 
 
-def test_item14_trace_db_errors_name_real_settings_only(tmp_path: Path) -> None:
+def test_trace_db_errors_name_real_settings_only(tmp_path: Path) -> None:
     from agent.tracing.tracer import TraceStore
     from graphs.errors import ConfigError
 
