@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Why automatic: a marker each author must remember drifts; the fixtures a test uses say whether it needs a
     server. A test that starts one inline says so with ``pytest.mark.integration`` (on the test or the module);
-    ``make test-unit`` then refuses, by the guard below, a unit test that starts one anyway.
+    ``make test-unit`` then refuses (``pytest_configure`` below) a unit test that starts one anyway.
     """
     for item in items:
         if item.get_closest_marker("integration") is None and not INTEGRATION_FIXTURES.isdisjoint(
@@ -95,30 +95,38 @@ def _unit_run(config: pytest.Config) -> bool:
     return ("unit" in expression.split() and "not unit" not in expression) or "not integration" in expression
 
 
-@pytest.fixture(autouse=True)
-def _unit_tests_start_no_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """In a unit-only run, starting FalkorDB or ArcadeDB or loading the embedding model fails the test by name.
 
     Why: ``pytest -m unit`` promises a run with no server and no model; a test that breaks the promise is
     mismarked, and this says which and what to do instead of letting it pass slowly (or hang without a server).
+    Patched for the whole run, not per test, so that a module- or session-scoped fixture is caught too.
     """
-    if request.node.get_closest_marker("unit") is None or not _unit_run(request.config):
+    if not _unit_run(config):
         return
+    monkeypatch = pytest.MonkeyPatch()
 
     def refuse(what: str) -> Any:
         def refused(*_args: Any, **_kwargs: Any) -> Any:
-            raise AssertionError(f"{request.node.nodeid} is marked unit but {what}; mark it "
-                                 "pytest.mark.integration (or use a fixture that builds the index)")
+            test = os.environ.get("PYTEST_CURRENT_TEST", "a test").rsplit(" ", 1)[0]
+            raise AssertionError(f"{test} (or a fixture it uses) is marked unit but {what}; mark the test "
+                                 "pytest.mark.integration")
         return refused
 
     from graphs.embedding.embedder import MiniLMEmbedder, TorchMiniLMEmbedder
     from graphs.store.falkordb_server import FalkorDBServer
 
-    monkeypatch.setattr(FalkorDBServer, "start", refuse("starts a FalkorDB server"))
-    monkeypatch.setattr(MiniLMEmbedder, "__init__", refuse("loads the MiniLM embedding model"))
-    monkeypatch.setattr(TorchMiniLMEmbedder, "__init__", refuse("loads the MiniLM embedding model"))
+    patched: list[tuple[type, str, str]] = [
+        (FalkorDBServer, "start", "starts a FalkorDB server"),
+        (MiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
+        (TorchMiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
+    ]
     try:
         from arcadedb_embedded.server import ArcadeDBServer
     except ModuleNotFoundError:  # the optional test dependency; without it nothing can start ArcadeDB
-        return
-    monkeypatch.setattr(ArcadeDBServer, "__init__", refuse("starts an ArcadeDB server"))
+        pass
+    else:
+        patched.append((ArcadeDBServer, "__init__", "starts an ArcadeDB server"))
+    for owner, name, what in patched:
+        monkeypatch.setattr(owner, name, refuse(what))
+    config.add_cleanup(monkeypatch.undo)

@@ -34,20 +34,24 @@ def _keys(question: str, bundle: IndexBundle) -> list[str]:
     return [item.key for item in result.context]
 
 
+@pytest.mark.integration
 def test_one_hop(bundle: IndexBundle) -> None:
     assert _keys("who directed [Harbor Lights]", bundle)[0] == "Ada Quill"
 
 
+@pytest.mark.integration
 def test_multi_answer_returns_every_end_node(bundle: IndexBundle) -> None:
     keys = _keys("which movies did [Ada Quill] direct", bundle)
     assert set(keys[:2]) == {"Harbor Lights", "Salt Roads"}
 
 
+@pytest.mark.integration
 def test_two_hop_excludes_the_topic(bundle: IndexBundle) -> None:
     keys = _keys("the actor [Cora Vance] co-starred with who", bundle)
     assert set(keys[:2]) == {"Dev Okafor", "Gus Hale"} and "Cora Vance" not in keys
 
 
+@pytest.mark.integration
 def test_three_hop_never_walks_back_through_the_topic(bundle: IndexBundle) -> None:
     # Harbor Lights shares Cora Vance with Night Ferry, directed by Dev Okafor; Harbor Lights' own
     # director (Ada Quill) is reachable only by walking back through the topic, so it is no answer.
@@ -64,6 +68,7 @@ def test_three_hop_never_walks_back_through_the_topic(bundle: IndexBundle) -> No
     assert result.tool_calls <= 1 + 5  # paths walked (profile: paths_walked) + finish
 
 
+@pytest.mark.integration
 def test_a_name_in_two_roles_answers_along_either_relation(bundle: IndexBundle) -> None:
     # "Harbor Lights" is a Movie node that is also a tag of Night Ferry
     assert _keys("which movies are tagged [Harbor Lights]", bundle)[0] == "Night Ferry"

@@ -256,6 +256,7 @@ def test_tampered_artifact_is_refused_with_the_rebuild_command(fast_index: Path,
         assert rel in message and f"skb index --force --index-dir {index}" in message
 
 
+@pytest.mark.integration
 def test_large_files_are_sampled_at_open_and_hashed_in_full_by_skb_verify(
     hpo_mini_skb: SKB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,6 +289,7 @@ def test_large_files_are_sampled_at_open_and_hashed_in_full_by_skb_verify(
         IndexBundle.open(index)
 
 
+@pytest.mark.integration
 def test_index_without_the_new_artifacts_still_opens(
     fast_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

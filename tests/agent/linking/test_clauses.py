@@ -186,6 +186,7 @@ def test_phrase_artifact_is_listed_in_the_manifest_and_covers_names_synonyms_def
     assert all(catalog.skb.nodes[k].label == "Category" for k in index.keys)  # products are not vocabulary
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", CASES["link"], ids=lambda c: c["question"][:40])
 def test_clause_linking_cases(catalog: Any, case: dict[str, Any]) -> None:
     linker = EntityLinker(catalog)
@@ -205,6 +206,7 @@ def test_clause_linking_cases(catalog: Any, case: dict[str, Any]) -> None:
     assert not set(case.get("not_named", [])) & {e.key for e in found}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", CASES["quote"], ids=lambda c: c["question"][:40])
 def test_a_clause_quoting_a_definition_links_exactly_and_a_paraphrase_by_embedding(catalog: Any, case: dict[str, Any]) -> None:
     found = EntityLinker(catalog).link(case["question"], 20, clauses=AgentConfig().clause_settings())
@@ -235,6 +237,7 @@ def test_a_clause_keeps_its_unconfirmed_name_unless_the_candidates_are_confident
     assert (("C_FAN", "embedding") in found) == (not kept)
 
 
+@pytest.mark.integration
 def test_definition_matching_off_embeds_every_described_clause(catalog: Any) -> None:
     question = CASES["quote"][0]["question"]
     found = EntityLinker(catalog).link(question, 20, clauses=AgentConfig(clause_definition_match=False).clause_settings())
@@ -257,6 +260,7 @@ def test_definition_table_matches_quoted_and_cut_short_sentences(case: dict[str,
         assert " ".join(tokens[got.start : got.end]) == case["span"]
 
 
+@pytest.mark.integration
 def test_clause_linking_off_or_without_the_artifact_keeps_the_old_links(
     catalog: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -278,6 +282,7 @@ def test_clause_linking_off_or_without_the_artifact_keeps_the_old_links(
         assert plain.link(question, 20) == plain.link(question, 20, clauses=AgentConfig().clause_settings())
 
 
+@pytest.mark.integration
 def test_described_clauses_rank_the_right_product(catalog: Any) -> None:
     linker = EntityLinker(catalog)
     question = (
@@ -326,6 +331,7 @@ def test_fuzzy_links_carry_their_confidence_as_ranking_weight(catalog: Any) -> N
     assert [e.weight for e in exact if e.key == "C_TOASTER"] == [1.0]  # a named term keeps full weight
 
 
+@pytest.mark.integration
 def test_phrase_artifact_listed_as_large_data_files_still_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -98,6 +98,7 @@ def _first_candidates(bundle: Any, question: str, config: AgentConfig) -> list[s
     return [firsts[g] for g in sorted(firsts)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("question", "right", "decoy"), PARAPHRASES, ids=lambda v: str(v)[:30])
 def test_joint_rescoring_links_a_paraphrase_the_nearest_phrase_gets_wrong(
     workshop: Any, question: str, right: str, decoy: str
@@ -118,6 +119,7 @@ def test_joint_rescoring_links_a_paraphrase_the_nearest_phrase_gets_wrong(
     assert decoy in linked_off
 
 
+@pytest.mark.integration
 def test_rescored_clause_ranks_the_right_kit(workshop: Any) -> None:
     from agent.planning.offline import rank_targets
 
@@ -130,6 +132,7 @@ def test_rescored_clause_ranks_the_right_kit(workshop: Any) -> None:
     assert ranked[0][0] == "K_PRESS"  # flattener + clamp
 
 
+@pytest.mark.integration
 def test_search_phrases_returns_every_near_phrase_of_each_term(workshop: Any) -> None:
     index = phrase_index_for(workshop)
     assert index is not None

@@ -158,6 +158,7 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Any:
     bundle.close()
 
 
+@pytest.mark.integration
 def test_paraphrased_subjects_rank_the_book_that_has_them_over_the_generalist(library: Any) -> None:
     linked = [e.model_dump() for e in EntityLinker(library).link(QUESTION, 20, clauses=AgentConfig().clause_settings())]
     best = {}

@@ -67,6 +67,7 @@ class TestAgentModeStandard(RetrieversIntegrationTests):
         return QUESTION
 
 
+@pytest.mark.integration
 class TestSearchModeStandardOtherLabels(RetrieversIntegrationTests):
     """The hybrid search mode on a graph whose labels and relations are not HPO's."""
 
@@ -121,6 +122,7 @@ def test_sage_neighbours_follow_the_seeds_with_their_origin(hpo_bundle: IndexBun
     assert [d.metadata["origin"] for d in never] == ["seed", "seed"]
 
 
+@pytest.mark.integration
 def test_search_modes_return_k_hits_of_the_label(metaqa_bundle: IndexBundle) -> None:
     retriever = SKBRetriever(bundle=metaqa_bundle, mode="bm25", k=3)
     expected = metaqa_bundle.search("Ada Quill", mode="bm25", k=3)
@@ -135,6 +137,7 @@ def test_search_modes_return_k_hits_of_the_label(metaqa_bundle: IndexBundle) -> 
     assert all(d.metadata["mode"] == "vss" for d in typed)
 
 
+@pytest.mark.integration
 def test_agent_mode_on_other_labels(metaqa_bundle: IndexBundle) -> None:
     docs = SKBRetriever(bundle=metaqa_bundle, k=2, k_prime=0, policy="never").invoke("which movies did [Ada Quill] direct")
     assert {d.metadata["key"] for d in docs} == {"Harbor Lights", "Salt Roads"}

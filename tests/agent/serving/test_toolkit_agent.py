@@ -194,6 +194,7 @@ def other_bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBund
     handle.close()
 
 
+@pytest.mark.integration
 def test_compact_answers_on_a_graph_with_other_labels_and_relations(other_bundle: IndexBundle) -> None:
     toolkit = SKBToolkit(other_bundle, callbacks=[])
     tools = toolkit.get_tools()

@@ -110,6 +110,7 @@ def test_join_query_quotes_names_and_passes_values_as_parameters() -> None:
         join_query("X", [], limit=1)
 
 
+@pytest.mark.integration
 def test_each_relaxation_step_on_a_graph_with_other_labels(recipes: IndexBundle) -> None:
     """garlic (0.9), Italian (0.7), minutes < 30 (0.7), k=4:
     level 0: all three -> Lemon Pasta, Garlic Bread (2 < 4: relax);
@@ -130,6 +131,7 @@ def test_each_relaxation_step_on_a_graph_with_other_labels(recipes: IndexBundle)
     assert result.candidates == [("R1", 0, 2), ("R2", 0, 2), ("R3", 2, 1), ("R6", 2, 1)]
 
 
+@pytest.mark.integration
 def test_relaxation_stops_before_the_last_constraint_is_dropped(recipes: IndexBundle) -> None:
     carrot = triplet('(Recipe)-[USES]->"Carrot"', 1.0, 0, ["I:Carrot"], "USES")
     slow = attribute("Recipe.minutes > 65", 0.5, 1, "minutes", ">", 65)
@@ -199,6 +201,7 @@ def finish(keys: list[str]) -> AIMessage:
     )
 
 
+@pytest.mark.integration
 def test_agent_extracts_repairs_grounds_joins_and_relaxes(recipes: IndexBundle) -> None:
     """The scripted model's first constraint reply names a relation the graph lacks; the repair
     quotes the error; the second is valid. Grounding links "Garlic" and "Italian" with the linker."""
@@ -270,6 +273,7 @@ def test_offline_spec_needs_a_target_and_a_one_hop_entity(recipes: IndexBundle) 
     assert offline_spec("Cuisine", linked, schema)[0] is None  # no Cuisine-Ingredient edge
 
 
+@pytest.mark.integration
 def test_trace_counts_the_constraint_stage(recipes: IndexBundle, tmp_path: Any) -> None:
     """The trace attributes the extraction call to stage ``constraints``, as AgentResult does."""
     from agent.api import build_agent
@@ -318,6 +322,7 @@ def test_offline_constraints_follow_the_planner_answer_type(recipes: IndexBundle
     assert result.context[0].key == "C:Italian"
 
 
+@pytest.mark.integration
 def test_offline_constraints_not_implied_by_the_plan_are_dropped(recipes: IndexBundle) -> None:
     """The planner answers with recipes none of which uses the linked ingredients (it walked another
     path): the one-hop constraints are not what the plan found, so they are reported and not joined;
@@ -340,6 +345,7 @@ def test_offline_constraints_not_implied_by_the_plan_are_dropped(recipes: IndexB
     assert single is not None and single["single"] == ['(Recipe)-[USES]->"garlic"'] and "skipped" in single
 
 
+@pytest.mark.integration
 def test_a_rejected_join_is_recorded_and_the_scope_widens(recipes: IndexBundle) -> None:
     """The join passes the Cypher schema guard like model-written Cypher: a condition on a property the
     graph does not have is rejected, recorded, and relaxed away (lowest confidence first)."""

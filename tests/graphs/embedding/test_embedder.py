@@ -61,6 +61,7 @@ def test_minilm_query_matches_batch_and_is_deterministic(minilm: MiniLMEmbedder)
     np.testing.assert_allclose(minilm.embed(texts), batch, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_minilm_empty_and_bad_input(minilm: MiniLMEmbedder) -> None:
     assert minilm.embed([]).shape == (0, 384)
     with pytest.raises(ConfigError, match="embed_query"):
@@ -78,6 +79,7 @@ def test_minilm_truncates_to_max_seq_length(minilm: MiniLMEmbedder) -> None:
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_minilm_concurrent_first_use_loads_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls: list[str] = []
     real_ensure = onnx_embedder.ensure_onnx_model
@@ -109,6 +111,7 @@ def test_minilm_concurrent_first_use_loads_once(monkeypatch: pytest.MonkeyPatch,
         np.testing.assert_allclose(r, results[0], atol=1e-5)
 
 
+@pytest.mark.integration
 def test_torch_reference_runtime() -> None:
     ref = TorchMiniLMEmbedder(max_seq_length=96)
     assert ref.model_name == "all-MiniLM-L6-v2@96" == MiniLMEmbedder(max_seq_length=96).model_name
@@ -227,6 +230,7 @@ def test_cache_ignores_damaged_shard(minilm: MiniLMEmbedder, tmp_path: Path) -> 
     assert out.shape == (1, 384)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_cache_scales_to_tens_of_thousands(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
     texts = [f"term {i} abnormality" for i in range(12000)]
@@ -356,6 +360,7 @@ def test_openai_needs_key_or_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAIEmbedder("text-embedding-3-small")
 
 
+@pytest.mark.integration
 def test_get_embedder(
     stub_server: tuple[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ def torch_vectors(hpo_sample: list[str]) -> np.ndarray:
     return TorchMiniLMEmbedder(max_seq_length=SEQ).embed(hpo_sample)
 
 
+@pytest.mark.integration
 def test_onnx_matches_sentence_transformers_on_hpo_names(hpo_sample: list[str], torch_vectors: np.ndarray) -> None:
     onnx_vectors = MiniLMEmbedder(max_seq_length=SEQ).embed(hpo_sample)
     assert onnx_vectors.shape == torch_vectors.shape == (len(hpo_sample), 384)
@@ -71,6 +72,7 @@ def test_onnx_matches_sentence_transformers_on_hpo_names(hpo_sample: list[str], 
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.integration
 def test_onnx_query_equals_batch_row(hpo_sample: list[str]) -> None:
     # Batches are sorted by length and padded per batch: padding must not move a vector.
     emb = MiniLMEmbedder(max_seq_length=SEQ, batch_size=7)
@@ -79,6 +81,7 @@ def test_onnx_query_equals_batch_row(hpo_sample: list[str]) -> None:
         np.testing.assert_allclose(emb.embed_query(hpo_sample[i]), batch[i], atol=1e-5)
 
 
+@pytest.mark.integration
 def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """One query gains nothing from intra-op threads and loses to them beside the graph store's work;
     a process that only answers questions builds no batch session; SKB_ONNX_THREADS overrides both."""
@@ -98,6 +101,7 @@ def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) ->
     assert pinned._get_encoder()._query_session.get_session_options().intra_op_num_threads == 2
 
 
+@pytest.mark.integration
 def test_int8_variant_is_close_and_named_apart(hpo_sample: list[str], torch_vectors: np.ndarray) -> None:
     int8 = MiniLMEmbedder(max_seq_length=SEQ, quantize=True)
     assert int8.model_name == "all-MiniLM-L6-v2@64+int8" != MiniLMEmbedder(max_seq_length=SEQ).model_name
@@ -111,6 +115,7 @@ def test_int8_variant_is_close_and_named_apart(hpo_sample: list[str], torch_vect
     assert get_embedder("minilm:64:int8").model_name == int8.model_name
 
 
+@pytest.mark.integration
 def test_model_identity_is_shared_by_torch_and_onnx() -> None:
     for spec, name in (("minilm", "all-MiniLM-L6-v2"), ("minilm:64", "all-MiniLM-L6-v2@64")):
         onnx_emb, torch_emb = get_embedder(spec), get_embedder(f"{spec}:torch")
@@ -220,6 +225,7 @@ def test_stale_converter_version_is_rebuilt(tmp_path: Path, model_dir: Path) -> 
         ensure_onnx_model(tmp_path, "fp32", cache_dir=tmp_path)
 
 
+@pytest.mark.integration
 def test_unwritable_cache_still_embeds(tmp_path: Path, model_dir: Path, hpo_sample: list[str]) -> None:
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("x")
@@ -230,6 +236,7 @@ def test_unwritable_cache_still_embeds(tmp_path: Path, model_dir: Path, hpo_samp
 
 
 # -- an index built with torch is served by ONNX ------------------------------------------------
+@pytest.mark.integration
 def test_index_built_with_torch_is_queried_with_onnx(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hpo_mini_skb: object
 ) -> None:

@@ -117,6 +117,7 @@ def test_similarities_are_cosine_and_sorted(data: dict[str, object]) -> None:
         assert sim == pytest.approx(float(vectors[pos[key]] @ q), abs=1e-4)
 
 
+@pytest.mark.integration
 def test_exact_name_query_finds_its_term(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     emb = MiniLMEmbedder()

@@ -296,6 +296,7 @@ def test_a_pickle_needing_imports_loads_only_with_trust_pickle(tmp_path: Path) -
     assert load_stark(d, trust_pickle=True).nodes["7"].props["molecular_weight"] == pytest.approx(422.91)
 
 
+@pytest.mark.integration
 def test_skb_index_refuses_untrusted_pickles_and_accepts_the_flag(tmp_path: Path) -> None:
     import numpy as np
     from typer.testing import CliRunner

@@ -92,6 +92,7 @@ def test_build_index_writes_checksummed_similarity_edges(sage_index: Path) -> No
         assert all(bundle.skb.nodes[x.src].label == bundle.skb.nodes[x.dst].label == x.label for x in sim.edges)
 
 
+@pytest.mark.integration
 def test_cli_graph_stats_reports_every_setting_without_touching_the_index(sage_index: Path, tmp_path: Path) -> None:
     from agent.cli.graph_stats import graph_app
     from graphs.manifest import checksum_tree

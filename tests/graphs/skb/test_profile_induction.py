@@ -157,6 +157,7 @@ def test_paths_are_chosen_without_a_profile(style: str, embedder: object, tmp_pa
     assert best("in which year was [Quiet Harbor] published") == [f">{year}"]
 
 
+@pytest.mark.integration
 def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
     kb = _write(tmp_path, STYLES["camel_and_spaces"])
     index_dir = tmp_path / "index"
