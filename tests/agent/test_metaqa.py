@@ -76,6 +76,7 @@ def test_a_name_in_two_roles_answers_along_either_relation(bundle: IndexBundle) 
     assert _keys("what films did [Dev Okafor] direct", bundle)[0] == "Night Ferry"
 
 
+@pytest.mark.integration
 def test_bracketed_mention_is_linked_alone_and_exactly(bundle: IndexBundle) -> None:
     from agent.linking.entities import EntityLinker
 

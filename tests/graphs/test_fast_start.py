@@ -221,6 +221,7 @@ def test_stored_statistics_of_other_code_are_not_used(hpo_mini_skb: SKB, tmp_pat
 
 
 # -- the index ---------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_index_opens_memory_mapped_and_bm25_search_loads_nothing_else(fast_index: Path) -> None:
     manifest = json.loads((fast_index / "manifest.json").read_text())
     listed = set(manifest["files"]) | set(manifest["data_files"])
@@ -243,6 +244,7 @@ def test_index_opens_memory_mapped_and_bm25_search_loads_nothing_else(fast_index
         assert [e.name for e in linker.link("Which genes cause Marfan syndrome?")] == ["Marfan syndrome"]
 
 
+@pytest.mark.integration
 def test_tampered_artifact_is_refused_with_the_rebuild_command(fast_index: Path, tmp_path: Path) -> None:
     for rel in ("skb/compact/edge_src.npy", "skb/state/scoring.json", "hnsw/vectors.npy"):
         index = copy_index(fast_index, tmp_path / rel.replace("/", "_"))
@@ -365,6 +367,7 @@ def test_skb_ask_freezes_the_startup_heap_and_leaves_the_gc_on(hpo_index_dir: Pa
         gc.enable()
 
 
+@pytest.mark.integration
 def test_a_question_without_a_described_clause_does_not_load_the_phrase_index(fast_index: Path) -> None:
     """The phrase graph is large; naming an entity must not pull it into memory."""
     from agent.linking.settings import ClauseSettings

@@ -175,6 +175,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
     bundle.close()
 
 
+@pytest.mark.integration
 def test_phrase_artifact_is_listed_in_the_manifest_and_covers_names_synonyms_definitions(catalog: Any) -> None:
     assert {"phrases/phrases.bin", "phrases/entries.json"} <= set(catalog.manifest.files)
     index = phrase_index_for(catalog)
@@ -222,6 +223,7 @@ def test_a_clause_quoting_a_definition_links_exactly_and_a_paraphrase_by_embeddi
             assert [(e.key, e.weight, e.score) for e in groups[group]] == [(key, 1.0, 1.0)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("best", "kept"), [(0.5, {"C_LAMP"}), (0.8, set())])
 def test_a_clause_keeps_its_unconfirmed_name_unless_the_candidates_are_confident(
     catalog: Any, monkeypatch: pytest.MonkeyPatch, best: float, kept: set[str]
@@ -320,6 +322,7 @@ def test_clause_settings_defaults_live_in_agent_config() -> None:
     assert AgentConfig(clause_linking=False).clause_settings() is None
 
 
+@pytest.mark.integration
 def test_fuzzy_links_carry_their_confidence_as_ranking_weight(catalog: Any) -> None:
     linker = EntityLinker(catalog)
     question = "Which product has a toasterr?"  # a typo: linked fuzzily, not exactly
@@ -377,6 +380,7 @@ def test_soft_max_over_intermediates_counts_several_good_ones() -> None:
 
 # -- questions that name no answer type ------------------------------------------------------------
 
+@pytest.mark.integration
 def test_a_question_naming_no_answer_type_plans_for_the_profiles_default_label(
     catalog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -92,6 +92,7 @@ def planner() -> PathPlanner:
          [">uses_ingredient", "<uses_ingredient", ">created_by"]),
     ],
 )
+@pytest.mark.integration
 def test_predicts_hops_and_directions_from_wording(
     planner: PathPlanner, question: str, topic: str, expected: list[str]
 ) -> None:
@@ -99,6 +100,7 @@ def test_predicts_hops_and_directions_from_wording(
     assert [h.spec() for h in best[0].path] == expected, [(sp.score, [h.spec() for h in sp.path]) for sp in best]
 
 
+@pytest.mark.integration
 def test_candidates_start_with_relations_the_node_has(planner: PathPlanner) -> None:
     firsts = {p[0].spec() for p in planner.candidates("Lime")}
     assert firsts == {"<uses_ingredient"}

@@ -81,6 +81,7 @@ def _linked(mention: str) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.integration
 def test_unbracketed_name_in_two_roles_walks_from_the_entity(bundle: Any) -> None:
     question = "which ingredients are used by the recipes Bo Chen created"
     plan = {"question": question, "linked_entities": _linked("Bo Chen"), "per_call_k": 50}
@@ -91,6 +92,7 @@ def test_unbracketed_name_in_two_roles_walks_from_the_entity(bundle: Any) -> Non
     assert call["args"]["query"].startswith("MATCH (s:`Chef` {key: $key})<-[:`created_by`]-(n1)")
 
 
+@pytest.mark.integration
 def test_path_words_decide_between_entity_and_literal(bundle: Any) -> None:
     planner = planner_for(bundle)
     assert planner is not None
@@ -101,6 +103,7 @@ def test_path_words_decide_between_entity_and_literal(bundle: Any) -> None:
     assert topic is not None and topic["key"] == "Bo Chen"
 
 
+@pytest.mark.integration
 def test_bracketed_question_keeps_the_bracket_rule(bundle: Any) -> None:
     planner = planner_for(bundle)
     assert planner is not None

@@ -140,6 +140,7 @@ def test_relaxation_stops_before_the_last_constraint_is_dropped(recipes: IndexBu
     assert [c[0] for c in result.candidates] == ["R5", "R4"]  # never the whole label
 
 
+@pytest.mark.integration
 def test_schema_validation_names_the_valid_choices(recipes: IndexBundle) -> None:
     schema = recipes.schema()
     spec = ConstraintSpec.model_validate(
@@ -152,6 +153,7 @@ def test_schema_validation_names_the_valid_choices(recipes: IndexBundle) -> None
     assert validate_spec(ConstraintSpec(target_type="Dish"), schema)[0].startswith("target_type 'Dish'")
 
 
+@pytest.mark.integration
 def test_a_relation_that_exists_but_misses_the_answer_type_means_any_relation(recipes: IndexBundle) -> None:
     """A small model writes a real relation of the entity's own label (USES, Recipe->Ingredient) for a
     constraint on another answer type (Cuisine): the triplet is kept with any relation and the fix named;
@@ -171,6 +173,7 @@ def test_a_relation_that_exists_but_misses_the_answer_type_means_any_relation(re
     assert len(errors) == 1 and "'CONTAINS'" in errors[0]
 
 
+@pytest.mark.integration
 def test_constraints_past_the_cap_are_dropped_not_the_extraction(recipes: IndexBundle) -> None:
     """One constraint too many refused the whole extraction and the small model's repair repeated it: the
     first MAX_CONSTRAINTS are kept (triplets first, in the question's order) and the drop is named."""
@@ -242,6 +245,7 @@ def test_agent_extracts_repairs_grounds_joins_and_relaxes(recipes: IndexBundle) 
     assert "constraints" in result.timings_ms
 
 
+@pytest.mark.integration
 def test_agent_constraints_off_by_default_do_not_run(recipes: IndexBundle) -> None:
     model = ScriptedChatModel([finish(["R5"])])
     result = ask("Which Italian recipes use garlic?", bundle=recipes, config=AgentConfig(policy="never"),
@@ -262,6 +266,7 @@ def test_offline_planner_derives_constraints_from_the_plan(hpo_bundle: Any) -> N
     assert any(p.tool == "constraints" and p.step == 0 for p in result.context[0].provenance)
 
 
+@pytest.mark.integration
 def test_offline_spec_needs_a_target_and_a_one_hop_entity(recipes: IndexBundle) -> None:
     schema = recipes.schema()
     linked = [{"key": "I:Garlic", "label": "Ingredient", "name": "Garlic", "mention": "garlic", "score": 0.8}]
@@ -311,6 +316,7 @@ def test_skb_ask_constraints_and_rerank_options(hpo_index_dir: Any) -> None:
     assert bad.exit_code == 2 and "unknown --rerank 'sideways'" in bad.output
 
 
+@pytest.mark.integration
 def test_offline_constraints_follow_the_planner_answer_type(recipes: IndexBundle) -> None:
     """Without an LLM the constraints are built for the label of the planner's best seed: here the
     (scripted) planner answers with a Cuisine, and no Ingredient is one hop from a Cuisine, so the

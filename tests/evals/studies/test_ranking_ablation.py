@@ -29,6 +29,7 @@ def test_twins_pair_by_case_and_target_type_and_keep_the_rows_order() -> None:
     assert [r["query"] for r in twin_rows(rows[:1], twins, None)] == ["t1-layperson"]  # any style: the first
 
 
+@pytest.mark.integration
 def test_a_sweep_links_once_and_reports_the_twins_beside_the_questions(
     catalog: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:

@@ -40,6 +40,7 @@ def minilm() -> MiniLMEmbedder:
 
 
 # -- MiniLM ---------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_minilm_shapes_and_unit_norm(minilm: MiniLMEmbedder) -> None:
     vecs = minilm.embed(["Seizure", "Short stature", "Abnormality of the cardiovascular system"])
     assert vecs.shape == (3, 384) and vecs.dtype == np.float32
@@ -48,11 +49,13 @@ def test_minilm_shapes_and_unit_norm(minilm: MiniLMEmbedder) -> None:
     assert isinstance(minilm, Embedder)
 
 
+@pytest.mark.integration
 def test_minilm_is_semantic(minilm: MiniLMEmbedder) -> None:
     seizure, fit, stature = minilm.embed(["Seizure", "Epileptic fit", "Short stature"])
     assert float(seizure @ fit) > float(seizure @ stature) + 0.1
 
 
+@pytest.mark.integration
 def test_minilm_query_matches_batch_and_is_deterministic(minilm: MiniLMEmbedder) -> None:
     texts = ["Seizure", "Intellectual disability, severe", "a much longer text about growth " * 5]
     batch = minilm.embed(texts)
@@ -72,6 +75,7 @@ def test_minilm_empty_and_bad_input(minilm: MiniLMEmbedder) -> None:
         MiniLMEmbedder(batch_size=0)
 
 
+@pytest.mark.integration
 def test_minilm_truncates_to_max_seq_length(minilm: MiniLMEmbedder) -> None:
     # Tokens past 128 are dropped, so a text and the same text with a long tail embed identically.
     head = "word " * 200
@@ -168,6 +172,7 @@ class CountingEmbedder:
         return self.inner.embed_query(text)
 
 
+@pytest.mark.integration
 def test_cache_reembeds_only_changed_texts(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
     texts = [f"Abnormality of organ {i}" for i in range(40)]
     counting = CountingEmbedder(minilm)
@@ -193,6 +198,7 @@ def test_cache_reembeds_only_changed_texts(minilm: MiniLMEmbedder, tmp_path: Pat
     assert CachedEmbedder(CountingEmbedder(minilm), tmp_path).embed([]).shape == (0, 384)
 
 
+@pytest.mark.integration
 def test_cache_compaction_keeps_vectors(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
     cached = CachedEmbedder(minilm, tmp_path)
     expected = {t: cached.embed([t])[0] for t in ["Seizure", "Ataxia", "Tremor", "Myopia"]}
@@ -205,6 +211,7 @@ def test_cache_compaction_keeps_vectors(minilm: MiniLMEmbedder, tmp_path: Path) 
     np.testing.assert_allclose(again, np.stack(list(expected.values())), atol=1e-6)
 
 
+@pytest.mark.integration
 def test_cache_is_keyed_by_model(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
     CachedEmbedder(minilm, tmp_path).embed(["Seizure"])
 
@@ -220,6 +227,7 @@ def test_cache_is_keyed_by_model(minilm: MiniLMEmbedder, tmp_path: Path) -> None
     assert other.calls == [["Seizure"]]
 
 
+@pytest.mark.integration
 def test_cache_ignores_damaged_shard(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
     CachedEmbedder(minilm, tmp_path).embed(["Seizure"])
     (shard,) = list(tmp_path.rglob("shard-*.npz"))
@@ -381,6 +389,7 @@ def test_get_embedder(
         get_embedder("minilm:x")
 
 
+@pytest.mark.integration
 def test_embed_all_sorts_by_length_keeps_order_and_embeds_repeats_once(minilm: MiniLMEmbedder) -> None:
     texts = [
         "Abnormality of the cardiovascular system with a long description of the heart",

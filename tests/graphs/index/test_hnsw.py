@@ -91,6 +91,7 @@ def recall_at_k(index: HNSWIndex, data: dict[str, object], label: str | None) ->
     return found / total
 
 
+@pytest.mark.integration
 def test_recall_at_10_against_brute_force(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     assert index.params.ef == 128
@@ -103,6 +104,7 @@ def test_recall_at_10_against_brute_force(data: dict[str, object]) -> None:
         assert label_recall >= 0.95
 
 
+@pytest.mark.integration
 def test_similarities_are_cosine_and_sorted(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     vectors: np.ndarray = data["vectors"]  # type: ignore[assignment]
@@ -128,6 +130,7 @@ def test_exact_name_query_finds_its_term(data: dict[str, object]) -> None:
         assert top_key == keys[i] and top_sim == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.integration
 def test_label_filter_returns_only_that_label(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     labels: dict[str, str] = dict(zip(data["keys"], data["labels"], strict=True))  # type: ignore[call-overload]
@@ -139,6 +142,7 @@ def test_label_filter_returns_only_that_label(data: dict[str, object]) -> None:
     assert index.label_names() == ["Even", "Odd", "Rare"]
 
 
+@pytest.mark.integration
 def test_k_is_capped_to_index_size(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     labels: list[str] = data["labels"]  # type: ignore[assignment]
@@ -150,6 +154,7 @@ def test_k_is_capped_to_index_size(data: dict[str, object]) -> None:
     assert index.search(q, 0) == []
 
 
+@pytest.mark.integration
 def test_knn_by_key_excludes_itself(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     keys: list[str] = data["keys"]  # type: ignore[assignment]
@@ -166,6 +171,7 @@ def test_knn_by_key_excludes_itself(data: dict[str, object]) -> None:
         index.vector("HP:9999999")
 
 
+@pytest.mark.integration
 def test_wrong_query_dimension_is_refused(data: dict[str, object]) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     with pytest.raises(ConfigError, match="384-dimensional"):
@@ -182,6 +188,7 @@ def test_build_rejects_bad_input() -> None:
         HNSWIndex.build(["a", "b", "c"], ["L", "L", "L"], vecs * np.nan)
 
 
+@pytest.mark.integration
 def test_save_load_round_trip(data: dict[str, object], tmp_path: Path) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     files = index.save(tmp_path / "hnsw")
@@ -201,6 +208,7 @@ def test_save_load_round_trip(data: dict[str, object], tmp_path: Path) -> None:
     assert faster.params.ef == 16 and len(faster.search(queries[0], K)) == K
 
 
+@pytest.mark.integration
 def test_load_refuses_damaged_or_missing(data: dict[str, object], tmp_path: Path) -> None:
     index: HNSWIndex = data["index"]  # type: ignore[assignment]
     with pytest.raises(IndexNotFoundError, match="skb index"):

@@ -67,6 +67,7 @@ def test_split_sentences_handles_abbreviations_numbers_and_markdown() -> None:
     ]
 
 
+@pytest.mark.integration
 def test_chunk_boundary_falls_between_two_topics(minilm: object) -> None:
     sentences = CARDIO + BREAD
     cuts = semantic_boundaries(sentences, minilm, percentile=20)  # type: ignore[arg-type]
@@ -80,6 +81,7 @@ def test_chunk_boundary_falls_between_two_topics(minilm: object) -> None:
     assert [c.index for c in chunks] == list(range(len(chunks)))
 
 
+@pytest.mark.integration
 def test_short_documents_and_bad_settings(minilm: object) -> None:
     # Fewer than 2 * min_chunk_sentences sentences: one chunk, no model call needed to decide.
     assert semantic_boundaries(CARDIO[:3], minilm) == []  # type: ignore[arg-type]
@@ -89,6 +91,7 @@ def test_short_documents_and_bad_settings(minilm: object) -> None:
         semantic_boundaries(CARDIO, minilm, min_chunk_sentences=0)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_max_chunk_sentences_splits_long_chunks(minilm: object) -> None:
     sentences = CARDIO + BREAD
     cuts = semantic_boundaries(sentences, minilm, percentile=0, min_chunk_sentences=2, max_chunk_sentences=4)  # type: ignore[arg-type]
@@ -97,6 +100,7 @@ def test_max_chunk_sentences_splits_long_chunks(minilm: object) -> None:
     assert max(sizes) <= 4 and min(sizes) >= 2 and sum(sizes) == len(sentences)
 
 
+@pytest.mark.integration
 def test_load_documents_builds_documents_chunks_and_links(tmp_path: Path, minilm: object) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "heart.md").write_text("# Heart basics\n\n" + " ".join(CARDIO) + "\n\n" + " ".join(BREAD) + "\n")

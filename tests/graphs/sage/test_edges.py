@@ -226,6 +226,7 @@ def minilm() -> object:
     return get_embedder("minilm")
 
 
+@pytest.mark.integration
 def test_real_model_edges_join_phenotypes_of_the_same_group(minilm: object) -> None:
     skb = SKB("hpo-mini", [NodeType(label="Phenotype", synonym_field="synonyms", text_fields=["name", "synonyms"])])
     for key, (_, name, syns) in PHENOTYPES.items():

@@ -79,6 +79,7 @@ def sage_index(tmp_path_factory: pytest.TempPathFactory, hpo_mini_skb: SKB) -> P
     return index_dir
 
 
+@pytest.mark.integration
 def test_build_index_writes_checksummed_similarity_edges(sage_index: Path) -> None:
     from graphs.bundle import IndexBundle
     from graphs.sage.edges import SimilarityGraph as SG

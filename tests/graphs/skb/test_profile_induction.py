@@ -140,6 +140,7 @@ def embedder() -> object:
     return get_embedder("minilm")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_paths_are_chosen_without_a_profile(style: str, embedder: object, tmp_path: Path) -> None:
     skb = load_triples(_write(tmp_path, STYLES[style]), None)
@@ -193,6 +194,7 @@ def test_skb_index_and_ask_with_no_profile(tmp_path: Path) -> None:
     assert AgentGraph(bundle, AgentConfig(max_hops=1)).config.max_hops == 1
 
 
+@pytest.mark.integration
 def test_llm_plan_offers_the_ranked_walks_when_there_are_too_many(
     embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +230,7 @@ def test_llm_plan_offers_the_ranked_walks_when_there_are_too_many(
     assert plan.relation_paths[0][0].rel == "written_by"  # type: ignore[union-attr]
 
 
+@pytest.mark.integration
 def test_a_ranked_walk_choice_sets_the_target_where_it_ends(
     embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,6 +252,7 @@ def test_a_ranked_walk_choice_sets_the_target_where_it_ends(
     assert plan.target_type == "IllustratedBy" and "where the chosen walks end" in fixes[0]
 
 
+@pytest.mark.integration
 def test_a_ranked_walk_that_stops_short_is_extended_to_the_target(
     embedder: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,6 +289,7 @@ def _catalogue(tmp_path: Path) -> Path:
     return _write(tmp_path, triples)
 
 
+@pytest.mark.integration
 def test_a_category_word_asks_for_the_relation_that_classifies_the_node(embedder: object, tmp_path: Path) -> None:
     from graphs.skb.compact import open_compact, write_compact
 
@@ -303,6 +308,7 @@ def test_a_category_word_asks_for_the_relation_that_classifies_the_node(embedder
         assert best("who is the maker of [Item 07]", "Item 07") == [">maker"]
 
 
+@pytest.mark.integration
 def test_when_asks_for_the_label_of_years_or_dates_whatever_its_name(embedder: object, tmp_path: Path) -> None:
     skb = load_triples(_catalogue(tmp_path), None)
     planner = PathPlanner(skb, embedder)
@@ -326,6 +332,7 @@ def _language_items(*, released: bool) -> list[tuple[str, str, str]]:
     return triples
 
 
+@pytest.mark.integration
 def test_a_word_for_the_described_node_in_a_relation_name_is_not_that_relation(
     embedder: object, tmp_path: Path
 ) -> None:
@@ -361,6 +368,7 @@ def _kitchen(tmp_path: Path, lower_names: bool = False) -> Path:
     return _write(tmp_path, triples)
 
 
+@pytest.mark.integration
 def test_a_question_naming_nothing_asks_for_the_free_words_that_describe_the_node(
     embedder: object, tmp_path: Path
 ) -> None:
@@ -385,11 +393,13 @@ def test_a_question_naming_nothing_asks_for_the_free_words_that_describe_the_nod
         assert best(f"who made [{dish}]") != [">noted_as"]
 
 
+@pytest.mark.integration
 def test_a_graph_written_all_in_lower_case_has_no_descriptor(embedder: object, tmp_path: Path) -> None:
     planner = PathPlanner(load_triples(_kitchen(tmp_path, lower_names=True), None), embedder)
     assert planner.descriptors() == {}
 
 
+@pytest.mark.integration
 def test_the_word_after_of_in_a_relation_name_alone_does_not_name_the_relation(
     embedder: object, tmp_path: Path
 ) -> None:
@@ -417,6 +427,7 @@ def _library(tmp_path: Path) -> Path:
     return _write(tmp_path, triples)
 
 
+@pytest.mark.integration
 def test_a_plain_noun_after_a_question_word_names_the_asked_nodes_not_a_relation(
     embedder: object, tmp_path: Path
 ) -> None:
@@ -430,6 +441,7 @@ def test_a_plain_noun_after_a_question_word_names_the_asked_nodes_not_a_relation
     assert best("which poems were edited by [Piet Amsel]", "Piet Amsel") == ["<editor"]
 
 
+@pytest.mark.integration
 def test_a_time_question_asks_for_the_one_relation_into_years_or_dates(embedder: object, tmp_path: Path) -> None:
     planner = PathPlanner(load_triples(_library(tmp_path), None), embedder)
     # no word names "debut"; "in which years" and "when" ask for the one relation whose values are years
