@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-all install bytecode lint typecheck bench clean metaqa metaqa-bench
+.PHONY: demo test test-unit test-all install bytecode lint typecheck bench clean metaqa metaqa-bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,10 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow" tests
+
+# The fast run: no server, no model (tests/conftest.py marks each test unit or integration).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "unit and not slow" tests
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q tests

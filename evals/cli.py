@@ -7,7 +7,9 @@ callback runs the evaluation itself when it gets options and no subcommand.
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -228,36 +230,6 @@ def _run_from_options(
         raise _fail(exc) from None
 
 
-@eval_app.callback(invoke_without_command=True)
-def main(
-    ctx: typer.Context,
-    bench: BenchOpt = None,
-    index_dir: IndexOpt = None,
-    method: MethodOpt = None,
-    limit: LimitOpt = None,
-    workers: WorkersOpt = 1,
-    split: SplitOpt = None,
-    out: OutOpt = None,
-    settings: SetOpt = None,
-    store: StoreOpt = None,
-    resamples: ResamplesOpt = DEFAULT_RESAMPLES,
-    seed: SeedOpt = DEFAULT_SEED,
-    progress: ProgressOpt = True,
-    quiet: QuietOpt = False,
-) -> None:
-    """Evaluate methods; `skb eval --bench ...` is short for `skb eval run --bench ...`."""
-    if ctx.invoked_subcommand is not None:
-        if bench is not None or index_dir is not None or method or out is not None:
-            print_error(console, "put run options after the subcommand, e.g. skb eval run --bench ...")
-            raise typer.Exit(code=2)
-        return
-    if bench is None and index_dir is None and out is None and not method:
-        out_console.print(ctx.get_help())
-        raise typer.Exit(code=0)
-    _run_from_options(bench, index_dir, method, limit, workers, split, out, settings, store, resamples, seed,
-                      progress and not quiet)
-
-
 @eval_app.command("run")
 def run_command(
     bench: BenchOpt = None,
@@ -277,6 +249,35 @@ def run_command(
     """Run methods over a benchmark into --out (resumable) and write metrics.json, report.md and plots."""
     _run_from_options(bench, index_dir, method, limit, workers, split, out, settings, store, resamples, seed,
                       progress and not quiet)
+
+
+def main(ctx: typer.Context, **options: Any) -> None:
+    """Evaluate methods; `skb eval --bench ...` is short for `skb eval run --bench ...`."""
+    given = any(options[name] is not None for name in ("bench", "index_dir", "out")) or bool(options["method"])
+    if ctx.invoked_subcommand is not None:
+        if given:
+            print_error(console, "put run options after the subcommand, e.g. skb eval run --bench ...")
+            raise typer.Exit(code=2)
+        return
+    if not given:
+        out_console.print(ctx.get_help())
+        raise typer.Exit(code=0)
+    run_command(**options)
+
+
+def _with_context(command: Callable[..., None]) -> inspect.Signature:
+    """``command``'s options behind a leading ``ctx``: the signature Typer reads for the group callback.
+
+    Why: the short form ``skb eval --bench ...`` needs the run options on the group as well; taking them
+    from ``run_command``'s signature declares them once, so the two forms cannot drift apart.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    return signature.replace(parameters=[ctx, *signature.parameters.values()])
+
+
+main.__signature__ = _with_context(run_command)  # type: ignore[attr-defined]
+eval_app.callback(invoke_without_command=True)(main)
 
 
 @eval_app.command("report")

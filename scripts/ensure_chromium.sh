@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure headless Chromium is available for the trace-viewer tests (tests/test_tracing_html.py).
+# Make sure headless Chromium is available for the trace-viewer tests (tests/agent/tracing/test_html.py).
 # Idempotent: does nothing when /usr/bin/chromium (or $CHROMIUM) already runs. Installing needs root
 # and apt (Debian/Ubuntu, package `chromium`); elsewhere it prints what to do and exits 0, and the
 # browser tests skip themselves with that reason.

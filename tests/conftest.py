@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -64,3 +64,69 @@ def _token_calibration_per_test() -> Iterator[None]:
     reset_calibration()
     yield
     reset_calibration()
+
+
+# -- markers: ``integration`` (starts FalkorDB or ArcadeDB, or loads the embedding model) and ``unit`` (the rest) --
+
+#: Fixtures that build a real index (FalkorDB server, MiniLM embeddings): a test that uses one, directly or
+#: through another fixture, is an integration test without saying so.
+INTEGRATION_FIXTURES = frozenset({"hpo_index_dir", "hpo_bundle"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test gets exactly one of ``unit`` and ``integration``.
+
+    Why automatic: a marker each author must remember drifts; the fixtures a test uses say whether it needs a
+    server. A test that starts one inline says so with ``pytest.mark.integration`` (on the test or the module);
+    ``make test-unit`` then refuses (``pytest_configure`` below) a unit test that starts one anyway.
+    """
+    for item in items:
+        if item.get_closest_marker("integration") is None and not INTEGRATION_FIXTURES.isdisjoint(
+            getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.unit)
+
+
+def _unit_run(config: pytest.Config) -> bool:
+    """Whether this run selects only unit tests (``-m unit``, ``-m "unit and not slow"``, ``-m "not integration"``)."""
+    expression = str(config.getoption("markexpr") or "")
+    return ("unit" in expression.split() and "not unit" not in expression) or "not integration" in expression
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a unit-only run, starting FalkorDB or ArcadeDB or loading the embedding model fails the test by name.
+
+    Why: ``pytest -m unit`` promises a run with no server and no model; a test that breaks the promise is
+    mismarked, and this says which and what to do instead of letting it pass slowly (or hang without a server).
+    Patched for the whole run, not per test, so that a module- or session-scoped fixture is caught too.
+    """
+    if not _unit_run(config):
+        return
+    monkeypatch = pytest.MonkeyPatch()
+
+    def refuse(what: str) -> Any:
+        def refused(*_args: Any, **_kwargs: Any) -> Any:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "a test").rsplit(" ", 1)[0]
+            raise AssertionError(f"{test} (or a fixture it uses) is marked unit but {what}; mark the test "
+                                 "pytest.mark.integration")
+        return refused
+
+    from graphs.embedding.embedder import MiniLMEmbedder, TorchMiniLMEmbedder
+    from graphs.store.falkordb_server import FalkorDBServer
+
+    patched: list[tuple[type, str, str]] = [
+        (FalkorDBServer, "start", "starts a FalkorDB server"),
+        (MiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
+        (TorchMiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
+    ]
+    try:
+        from arcadedb_embedded.server import ArcadeDBServer
+    except ModuleNotFoundError:  # the optional test dependency; without it nothing can start ArcadeDB
+        pass
+    else:
+        patched.append((ArcadeDBServer, "__init__", "starts an ArcadeDB server"))
+    for owner, name, what in patched:
+        monkeypatch.setattr(owner, name, refuse(what))
+    config.add_cleanup(monkeypatch.undo)
