@@ -32,8 +32,11 @@ DEFAULT_BUDGET_TOKENS = 1500
 #: Characters per token of English prose: only to size string cuts (a name cut to so many characters),
 #: never to count a budget (JSON and keys run at 2-3 characters per token).
 CHARS_PER_TOKEN = 4
-#: Items measured per tokenizer batch while a result is fitted to its budget.
+#: Most items measured per tokenizer batch while a result is fitted to its budget.
 _FIT_BATCH = 32
+#: Tokens per character of a result item's JSON before any is counted (keys, numbers and punctuation run
+#: at 2-3 characters per token); only sizes the first batch, never decides what is kept.
+_FIT_TOKENS_PER_CHAR = 0.4
 #: Answer keys the finish text echoes back.
 FINISH_ECHO = 20
 #: Longest name or text fragment one line of model text shows.
@@ -78,11 +81,27 @@ def _fit_json(
     sizes: list[int] = []
     iterator = iter(items)
     full = False
+    # Items are counted in batches sized to what is predicted to fit (from the tokens per character of the
+    # items counted so far), not a fixed 32: the tokenizer's cost is per character, and a fixed batch
+    # counted up to 31 items past the cut (twice the budget's text on a large result). Which items are
+    # kept depends only on the exact counts, so the text is the same for any batch size.
+    per_char, counted_chars, counted_tokens = _FIT_TOKENS_PER_CHAR, 0, 0
     while not full:
-        chunk = [_compact(item) for _, item in zip(range(_FIT_BATCH), iterator, strict=False)]
+        room = budget - reserve - used
+        chunk: list[str] = []
+        predicted = 0.0
+        for item in iterator:
+            chunk.append(_compact(item))
+            predicted += per_char * len(chunk[-1]) + 1
+            if predicted > room or len(chunk) >= _FIT_BATCH:
+                break
         if not chunk:
             break
-        for text, tokens in zip(chunk, count_tokens_many(chunk), strict=True):
+        counts = count_tokens_many(chunk)
+        counted_chars += sum(map(len, chunk))
+        counted_tokens += sum(counts)
+        per_char = counted_tokens / max(1, counted_chars)
+        for text, tokens in zip(chunk, counts, strict=True):
             if used + tokens + 1 > budget - reserve:
                 full = True
                 break
