@@ -16,6 +16,7 @@ needs to know the shape.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, NamedTuple
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from graphs.errors import CypherValidationError
 from graphs.store.cypher_guard import extract_refs
 from graphs.text_safety import clean_text
-from graphs.tokens import count_tokens, count_tokens_many
+from graphs.tokens import count_tokens, count_tokens_many, token_bound
 
 #: Default token budget of one tool result's model-facing text (real tokens, ``graphs.tokens``).
 DEFAULT_BUDGET_TOKENS = 1500
@@ -75,11 +76,24 @@ def _fit_json(
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     empty = _compact({**head, field: []})  # ...,"<field>":[]}
     tail_text = _compact({"omitted": count, "note": f"token budget {budget_tokens}: {narrow_hint}"})
+    # A result that fits by the tokenizer's cheap upper bound (``graphs.tokens.token_bound``) is whole: the
+    # exact counts below would keep every item and pass the final check, so none is made.
+    rendered: list[str] = []
+    bound = token_bound(empty) + token_bound(tail_text) + 2
+    source = iter(items)
+    for item in source:
+        rendered.append(_compact(item))
+        bound += token_bound(rendered[-1]) + 1
+        if bound > budget:
+            break
+    else:
+        if len(rendered) >= count:
+            return "".join([empty[:-2], ",".join(rendered), "]}"])
     reserve = count_tokens(tail_text) + 2
     used = count_tokens(empty)
     kept: list[str] = []
     sizes: list[int] = []
-    iterator = iter(items)
+    iterator = itertools.chain(rendered, (_compact(item) for item in source))
     full = False
     # Items are counted in batches sized to what is predicted to fit (from the tokens per character of the
     # items counted so far), not a fixed 32: the tokenizer's cost is per character, and a fixed batch
@@ -90,8 +104,8 @@ def _fit_json(
         room = budget - reserve - used
         chunk: list[str] = []
         predicted = 0.0
-        for item in iterator:
-            chunk.append(_compact(item))
+        for text in iterator:
+            chunk.append(text)
             predicted += per_char * len(chunk[-1]) + 1
             if predicted > room or len(chunk) >= _FIT_BATCH:
                 break
