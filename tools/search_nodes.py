@@ -6,7 +6,9 @@ Cypher query groups the edges per neighbour (which seeds and relations reach it,
 an optional weight sum) and orders and limits them server-side, so a call returns at most
 ``limit`` small rows. When the question is known and more neighbours exist than ``limit``, the
 server returns a larger pool which is ranked by relevance to the question (one matrix-vector
-product over the node vectors) and then cut to ``limit``. Raw triples come only on request.
+product over the node vectors) and then cut to ``limit``. Raw triples come only on request. When the
+store is the index's embedded copy of the graph, the same rows are read from the memory-mapped SKB in
+this process instead (``graphs.store.skb_aggregate``: no round trip; :data:`READ_SKB`).
 
 Hubs are sampled: a key whose expansion would read more than :data:`HUB_EDGES` edges is expanded on
 its own, from the first ``HUB_EDGES`` edges the store reads, and the result says so (``sampled``, and
