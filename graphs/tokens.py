@@ -40,6 +40,7 @@ __all__ = [
     "raw_count",
     "record_usage",
     "reset_calibration",
+    "token_bound",
     "tokenizer_name",
 ]
 
@@ -198,6 +199,19 @@ def count_tokens(text: str, model: str | None = None) -> int:
     The one count behind every token budget and report: tool outputs, plan prompts, per-question
     prompt budgets."""
     raw = raw_count(text, model)
+    return math.ceil(raw * _factor(model)) if raw else 0
+
+
+def token_bound(text: str, model: str | None = None) -> int:
+    """An upper bound of ``count_tokens(text, model)`` that costs no tokenizer: the UTF-8 bytes, scaled by
+    the model's calibration. Why it holds: a BPE token (tiktoken) covers at least one byte; a WordPiece
+    token covers at least one character of the normalised text, and normalising (NFD, accents stripped,
+    lowercase, each CJK character and digit apart) yields no more characters than the text has bytes
+    (``tests/test_token_bound.py`` holds it against the real tokenizers over every code point sampled).
+
+    For code that must know a text fits a budget and would otherwise count it only to learn that:
+    where the bound is over the budget, count."""
+    raw = len(text.encode("utf-8", "surrogatepass"))
     return math.ceil(raw * _factor(model)) if raw else 0
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from langchain_core.tools import InjectedToolArg, StructuredTool
+from langchain_core.tools.base import FILTERED_ARGS
 from pydantic import BaseModel, model_validator
 
 from graphs.skb.model import SKB, GraphSchema
@@ -54,6 +55,10 @@ class InjectedArgs(BaseModel):
         }
 
 
+#: Injected argument names per (tool class, argument schema): a handful of entries, one per tool kind.
+_INJECTED: dict[tuple[type, Any], frozenset[str]] = {}
+
+
 class SKBTool(StructuredTool):
     """A StructuredTool whose function takes only its own arguments (no config, no callbacks).
 
@@ -61,6 +66,21 @@ class SKBTool(StructuredTool):
     parameter (about half a millisecond per call with postponed annotations, several calls per
     question); our tool functions never take one, so this ``_run`` declares none and calls the
     function directly. Callbacks and tracing still wrap the call in ``BaseTool.run``."""
+
+    def _filter_injected_args(self, tool_input: dict[str, Any]) -> dict[str, Any]:
+        """The input without injected arguments, for callbacks: the keys to drop are computed once per tool
+        class and argument schema (LangChain resolves the schema's annotations on every call, ~1 ms)."""
+        key = (type(self), self.args_schema)
+        dropped = _INJECTED.get(key)
+        if dropped is None:
+            fields = getattr(self.args_schema, "model_fields", None)
+            if not isinstance(fields, dict):
+                return super()._filter_injected_args(tool_input)
+            kept = super()._filter_injected_args(dict.fromkeys(fields))
+            if len(_INJECTED) >= 64:  # a bound: tools built with generated schemas would add one each
+                _INJECTED.clear()
+            dropped = _INJECTED[key] = frozenset(FILTERED_ARGS) | self._injected_args_keys | (set(fields) - set(kept))
+        return {k: v for k, v in tool_input.items() if k not in dropped}
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         if self.func is None:

@@ -16,6 +16,7 @@ needs to know the shape.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, NamedTuple
@@ -25,15 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from graphs.errors import CypherValidationError
 from graphs.store.cypher_guard import extract_refs
 from graphs.text_safety import clean_text
-from graphs.tokens import count_tokens, count_tokens_many
+from graphs.tokens import count_tokens, count_tokens_many, token_bound
 
 #: Default token budget of one tool result's model-facing text (real tokens, ``graphs.tokens``).
 DEFAULT_BUDGET_TOKENS = 1500
 #: Characters per token of English prose: only to size string cuts (a name cut to so many characters),
 #: never to count a budget (JSON and keys run at 2-3 characters per token).
 CHARS_PER_TOKEN = 4
-#: Items measured per tokenizer batch while a result is fitted to its budget.
+#: Most items measured per tokenizer batch while a result is fitted to its budget.
 _FIT_BATCH = 32
+#: Tokens per character of a result item's JSON before any is counted (keys, numbers and punctuation run
+#: at 2-3 characters per token); only sizes the first batch, never decides what is kept.
+_FIT_TOKENS_PER_CHAR = 0.4
 #: Answer keys the finish text echoes back.
 FINISH_ECHO = 20
 #: Longest name or text fragment one line of model text shows.
@@ -72,17 +76,46 @@ def _fit_json(
     count = total if total is not None else len(items)  # type: ignore[arg-type]
     empty = _compact({**head, field: []})  # ...,"<field>":[]}
     tail_text = _compact({"omitted": count, "note": f"token budget {budget_tokens}: {narrow_hint}"})
+    # A result that fits by the tokenizer's cheap upper bound (``graphs.tokens.token_bound``) is whole: the
+    # exact counts below would keep every item and pass the final check, so none is made.
+    rendered: list[str] = []
+    bound = token_bound(empty) + token_bound(tail_text) + 2
+    source = iter(items)
+    for item in source:
+        rendered.append(_compact(item))
+        bound += token_bound(rendered[-1]) + 1
+        if bound > budget:
+            break
+    else:
+        if len(rendered) >= count:
+            return "".join([empty[:-2], ",".join(rendered), "]}"])
     reserve = count_tokens(tail_text) + 2
     used = count_tokens(empty)
     kept: list[str] = []
     sizes: list[int] = []
-    iterator = iter(items)
+    iterator = itertools.chain(rendered, (_compact(item) for item in source))
     full = False
+    # Items are counted in batches sized to what is predicted to fit (from the tokens per character of the
+    # items counted so far), not a fixed 32: the tokenizer's cost is per character, and a fixed batch
+    # counted up to 31 items past the cut (twice the budget's text on a large result). Which items are
+    # kept depends only on the exact counts, so the text is the same for any batch size.
+    per_char, counted_chars, counted_tokens = _FIT_TOKENS_PER_CHAR, 0, 0
     while not full:
-        chunk = [_compact(item) for _, item in zip(range(_FIT_BATCH), iterator, strict=False)]
+        room = budget - reserve - used
+        chunk: list[str] = []
+        predicted = 0.0
+        for text in iterator:
+            chunk.append(text)
+            predicted += per_char * len(chunk[-1]) + 1
+            if predicted > room or len(chunk) >= _FIT_BATCH:
+                break
         if not chunk:
             break
-        for text, tokens in zip(chunk, count_tokens_many(chunk), strict=True):
+        counts = count_tokens_many(chunk)
+        counted_chars += sum(map(len, chunk))
+        counted_tokens += sum(counts)
+        per_char = counted_tokens / max(1, counted_chars)
+        for text, tokens in zip(chunk, counts, strict=True):
             if used + tokens + 1 > budget - reserve:
                 full = True
                 break

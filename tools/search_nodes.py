@@ -6,7 +6,9 @@ Cypher query groups the edges per neighbour (which seeds and relations reach it,
 an optional weight sum) and orders and limits them server-side, so a call returns at most
 ``limit`` small rows. When the question is known and more neighbours exist than ``limit``, the
 server returns a larger pool which is ranked by relevance to the question (one matrix-vector
-product over the node vectors) and then cut to ``limit``. Raw triples come only on request.
+product over the node vectors) and then cut to ``limit``. Raw triples come only on request. When the
+store is the index's embedded copy of the graph, the same rows are read from the memory-mapped SKB in
+this process instead (``graphs.store.skb_aggregate``: no round trip; :data:`READ_SKB`).
 
 Hubs are sampled: a key whose expansion would read more than :data:`HUB_EDGES` edges is expanded on
 its own, from the first ``HUB_EDGES`` edges the store reads, and the result says so (``sampled``, and
@@ -29,7 +31,9 @@ from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from graphs.errors import ConfigError, StoreError, StoreUnavailableError
+from graphs.skb.compact import CompactSKB
 from graphs.store.aggregate import NeighborAggregate
+from graphs.store.skb_aggregate import skb_aggregate
 from tools.common import (
     InjectedArgs,
     QuestionGetter,
@@ -80,6 +84,10 @@ QUERY_TIMEOUT_MS = 5000
 #: Equal to the ranking pool: below it the pool holds the whole neighbourhood, so nothing changes (the
 #: bundled graphs' largest one-relation neighbourhoods: 4,195 and 4,176 edges).
 HUB_EDGES = RANK_POOL
+#: Read the neighbour aggregates from the index's memory-mapped SKB when the store is the embedded copy of
+#: the same graph (``graphs.store.skb_aggregate``: the same rows without a round trip to the server); False
+#: sends every aggregate to the store (tests of the store's own path).
+READ_SKB = True
 
 
 class SearchNodesArgs(InjectedArgs):
@@ -133,12 +141,18 @@ def make_search_nodes(
                     hubs.append((label, key))
                     continue
             by_label[label].append(key)
-        store = bundle.store
         # one query per seed label (almost every call expands keys of a single label), one per hub
         groups: list[tuple[str, list[str], int | None]] = [(lab, keys, None) for lab, keys in sorted(by_label.items())]
         groups += [(label, [key], HUB_EDGES) for label, key in hubs]
+        embedded = READ_SKB and weight_property is None and bundle.store_kind == "falkordb"
+        local = skb if embedded and isinstance(skb, CompactSKB) else None
         results = [
-            store.aggregate_neighbors(
+            skb_aggregate(
+                local, seed_label, keys, rel_types=rel_types, direction=direction, target_label=target_label,
+                limit=fetch, among=among,
+            )
+            if local is not None and max_edges is None
+            else bundle.store.aggregate_neighbors(
                 seed_label,
                 keys,
                 rel_types=rel_types,

@@ -344,6 +344,15 @@ class CompactSKB(SKB):
         edges = idx[ptr[i] : ptr[i + 1]]
         return edges[self._edge_rel[edges] == rid]
 
+    def incident(self, i: int, side: Literal["out", "in"], rel_ids: Sequence[int] | None = None) -> np.ndarray:
+        """Edge ids at node id ``i`` on ``side`` (``out``: it is the source), of the relation ids ``rel_ids``
+        when given (grouped per relation, a dense node's through its groups), else all in edge order."""
+        if rel_ids is None:
+            ptr, idx, _ = self._side(side)
+            return idx[ptr[i] : ptr[i + 1]]
+        parts = [self._rel_edges(i, side, rid) for rid in rel_ids]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
     def _ends_labelled(self, i: int, side: str, rid: int, lid: int) -> bool | None:
         """True when every ``rid`` edge on ``side`` of node ``i`` ends at a node of label id ``lid`` by the
         schema (its label and the relation admit no other), False when none can, None when it depends."""

@@ -480,11 +480,15 @@ def frozen(private_index: Path) -> Iterator[Any]:
         bundle.close()
 
 
-def test_tools_on_a_frozen_store_blame_the_store_not_the_query(frozen: Any) -> None:
+def test_tools_on_a_frozen_store_blame_the_store_not_the_query(
+    frozen: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
+    import tools.search_nodes as search_nodes_module
     from tools import make_tools
 
+    monkeypatch.setattr(search_nodes_module, "READ_SKB", False)  # the store's path (not the SKB's) is tested
     tools = {t.name: t for t in make_tools(frozen)}
     cypher, search = tools["cypher"], tools["search_nodes"]
     t0 = time.monotonic()

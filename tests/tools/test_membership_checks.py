@@ -123,6 +123,7 @@ def test_a_membership_check_from_a_hub_is_exact_and_not_sampled(
 def test_a_label_the_relation_implies_is_not_sent_to_the_server(
     bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(search_nodes_module, "READ_SKB", False)  # what the store is sent
     sent: list[str | None] = []
     store = bundle.store
     real = type(store).aggregate_neighbors
@@ -209,6 +210,7 @@ def test_a_very_connected_entity_beside_a_rare_one_of_its_label_is_checked_among
 
 
 def test_the_common_answer_ranks_first_end_to_end(bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search_nodes_module, "READ_SKB", False)  # what the store is sent
     monkeypatch.setattr(offline_module, "ANCHOR_MAX", 50)
     monkeypatch.setattr(search_nodes_module, "HUB_EDGES", 40)  # the hub alone would be a 40-edge sample
     reads: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import tools.search_nodes as search_nodes_module
 from agent import AgentConfig, ask
 from graphs.bundle import IndexBundle
 from graphs.errors import ConfigError, StoreUnavailableError
@@ -27,6 +28,12 @@ from tests.store_fixtures import free_port
 from tools import make_tools
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def store_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """search_nodes sends its aggregates to the store (it reads the SKB when the store is its embedded copy)."""
+    monkeypatch.setattr(search_nodes_module, "READ_SKB", False)
 
 
 @pytest.fixture()
