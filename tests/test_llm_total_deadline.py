@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
 
 from agent import AgentConfig, ask
 from agent.planning.llm import PlannerTimeoutError, invoke_with_retry, make_chat_model
-from langchain_core.messages import HumanMessage
 from tests.reliability_support import within
 
 pytestmark = pytest.mark.integration

@@ -102,7 +102,7 @@ def _clamped(transport: httpx.BaseTransport) -> None:
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
     if not isinstance(backend, httpcore.NetworkBackend):
-        raise RuntimeError(
+        raise TypeError(
             f"cannot put a total deadline on {type(transport).__name__}: its connection pool has no network backend "
             "(httpx/httpcore changed shape); pin httpx<0.29 / httpcore<2 or update agent.planning.deadline"
         )
