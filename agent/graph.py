@@ -36,6 +36,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
+from agent.planning.feedback import fed_back
 from agent.planning.guided import (
     MAX_FINISH,
     GuidedCallError,
@@ -524,7 +525,8 @@ class AgentGraph:
         step = int(state.get("step") or 0) + (1 if checked.valid else 0)
         pending = _clamped(checked.valid, cfg, step)
         update: dict[str, Any] = {
-            "scratchpad": [reply],
+            # what the model wrote goes back into every later prompt: cut to a tool result's budget
+            "scratchpad": [reply if offline else fed_back(reply, cfg.tool_output_tokens, cfg.model)],
             "pending_calls": pending,
             "round_messages": list(checked.errors),
             "step": step,
