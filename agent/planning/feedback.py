@@ -64,8 +64,7 @@ def fed_back(message: BaseMessage, budget_tokens: int, model: str | None = None)
         if calls != message.tool_calls:
             update["tool_calls"] = calls
     if isinstance(message, AIMessage) and message.invalid_tool_calls:
-        invalid = [{**c, "args": cut_text(c["args"], budget_tokens, model) if isinstance(c.get("args"), str) else c.get("args")}
-                   for c in message.invalid_tool_calls]
+        invalid = [{**c, "args": _cut_value(c.get("args"), budget_tokens, model)} for c in message.invalid_tool_calls]
         if invalid != message.invalid_tool_calls:
             update["invalid_tool_calls"] = invalid
     if update and isinstance(message, AIMessage) and message.additional_kwargs.get("tool_calls"):
