@@ -248,9 +248,10 @@ class IndexBundle:
         from graphs.manifest import Manifest
 
         if not (index_dir / "manifest.json").exists():
+            from graphs.build import missing_index_message
+
             raise IndexNotFoundError(
-                f"no index at {index_dir} (manifest.json missing); build one with "
-                f"`skb index --dataset <{'|'.join(DATASETS)}> --data PATH --index-dir {index_dir}`"
+                missing_index_message(index_dir, f"skb index --dataset <{'|'.join(DATASETS)}> --data PATH")
             )
         stamp = _manifest_stamp(index_dir)  # before reading: a swap after this is seen on the next access
         manifest = Manifest.read(index_dir)
