@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -60,9 +61,17 @@ def _cached_agent(bundle: IndexBundle, config: AgentConfig | None) -> CompiledSt
             return hit[1]
         graph = build_agent(cfg, bundle)
         _CACHE[key] = (bundle, graph)
+        bundle.on_close("agent.api", functools.partial(_forget, bundle))  # its agents hold the build's graph
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
         return graph
+
+
+def _forget(bundle: IndexBundle) -> None:
+    """Drop the compiled agents of a closed bundle: their entity linkers hold its build's graph (and files)."""
+    with _CACHE_LOCK:
+        for key in [k for k, (held, _) in _CACHE.items() if held is bundle]:
+            del _CACHE[key]
 
 
 def _agent_for(

@@ -185,9 +185,14 @@ class Runtime:
         return self.chat_model is not None or cfg.planner != "offline"
 
     def linker(self) -> EntityLinker:
-        """The entity linker (built on first use: it loads the lexicon and phrase vectors)."""
-        if self._linker is None:
+        """The entity linker of the build being served (built on first use: it loads the lexicon and phrase
+        vectors); a rebuild gets a new one (the old one kept the replaced build's graph, and with it its mapped
+        files, for as long as the process ran)."""
+        skb = self.bundle.skb
+        linker = self._linker
+        if linker is None or linker.skb is not skb:
             with self._lock:
-                if self._linker is None:
-                    self._linker = EntityLinker(self.bundle)
-        return self._linker
+                linker = self._linker
+                if linker is None or linker.skb is not skb:
+                    linker = self._linker = EntityLinker(self.bundle)
+        return linker

@@ -163,6 +163,24 @@ def check_target(index_dir: Path) -> None:
         )
 
 
+def missing_index_message(index_dir: Path, build_command: str) -> str:
+    """What to do about a directory without a manifest, in words that work: ``build_command`` with this
+    ``--index-dir`` only where ``check_target`` would allow the build (missing or empty); else a new
+    directory, or this one removed first (a build never replaces what it cannot tell is its own)."""
+    index_dir = Path(index_dir)
+    try:
+        check_target(index_dir)
+    except ConfigError:
+        owned = index_dir.is_dir() and all(p.name in BUILD_OWNED or _AGENT_DATABASES.fullmatch(p.name)
+                                           for p in index_dir.iterdir())
+        remove = (f"it holds only build outputs (a broken build): remove it (`rm -r {index_dir}`) and rebuild there"
+                  if owned else "or move out what it holds, remove it, and rebuild there")
+        return (f"no index at {index_dir} (manifest.json missing), and a build will not replace this non-empty "
+                f"directory; build into a new or empty directory: `{build_command} --index-dir NEW_DIR`, or, "
+                f"{remove}")
+    return f"no index at {index_dir} (manifest.json missing); build one with `{build_command} --index-dir {index_dir}`"
+
+
 def default_cache_dir(index_dir: Path) -> Path:
     """The embedding cache sits beside (not inside) the index so the swap keeps it."""
     return index_dir.resolve().parent / ".skb-cache"

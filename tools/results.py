@@ -217,6 +217,8 @@ class SemanticHits(_Result):
 
     kind: Literal["semantic_hits"] = "semantic_hits"
     hits: list[SemanticHit] = Field(default_factory=list)
+    note: str | None = None
+    """Why there are no hits when the index cannot answer (a staged index without its vectors)."""
 
     def found_keys(self) -> list[str]:
         return [h.key for h in self.hits]
@@ -230,7 +232,7 @@ class SemanticHits(_Result):
             for h in self.hits
         )
         hint = "ask for fewer (k) or restrict the label"
-        return _fit_json({}, "hits", items, budget_tokens, hint, total=len(self.hits))
+        return _fit_json({"note": self.note} if self.note else {}, "hits", items, budget_tokens, hint, total=len(self.hits))
 
 
 class Neighbor(BaseModel):

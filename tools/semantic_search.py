@@ -20,6 +20,12 @@ DESCRIPTION = (
     "Returns one line per hit (key | label | name | score | text), best first."
 )
 
+#: What a search on an index without node vectors returns (names the missing part and what to run).
+NO_VECTORS = (
+    "this index has no node vectors yet (built with --stage core), so dense search found nothing; use search_nodes "
+    "or cypher meanwhile, and complete the index with the same `skb index` command without --stage core"
+)
+
 
 class SemanticSearchArgs(InjectedArgs):
     text: str = Field(min_length=1, max_length=2000, description="what to look for, in natural language")
@@ -36,6 +42,9 @@ def make_semantic_search(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BU
         if label is not None and label not in schema.label_names():
             err = tool_error(NAME, step, query, "unknown_label", f"no node label {label!r}", label_hint(schema))
             return tool_output(err, budget_tokens)
+        if "vectors" in bundle.missing:  # a staged index before its vectors: say so, not an empty list
+            result = SemanticHits(provenance=ToolProvenance(tool=NAME, step=step, query=truncate(query, 500)), note=NO_VECTORS)
+            return tool_output(result, budget_tokens)
         vector = embed_query(bundle, text)
         hits = bundle.hnsw.search(vector, k, label=label)
         rows = []

@@ -177,6 +177,9 @@ def _neo4j_source(
         raise SKBError("--dataset neo4j needs --uri bolt://HOST:PORT (and NEO4J_PASSWORD in the environment)")
     if data is not None:
         raise SKBError("--dataset neo4j reads the database at --uri; drop --data")
+    from graphs.store.neo4j_store import check_bolt_uri
+
+    check_bolt_uri(uri)  # before any connection: an http(s) URI made the driver reach for a missing module
 
     def names(text: str | None) -> list[str] | None:
         items = [part.strip() for part in (text or "").split(",") if part.strip()]

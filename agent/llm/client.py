@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from agent.config import AgentConfig
+from agent.llm.deadline import deadline_http_client, total_deadline
 from graphs.errors import ConfigError, PlannerCallError, PlannerError, PlannerTimeoutError
 from graphs.tokens import count_tokens
 
@@ -39,6 +40,7 @@ def openai_chat_model(config: AgentConfig) -> BaseChatModel:
         "temperature": config.temperature,
         "timeout": config.llm_timeout_s,
         "max_retries": 0,  # retries are ours (tenacity): one policy, counted, bounded
+        "http_client": deadline_http_client(config.llm_timeout_s),  # a total deadline per call (invoke_with_retry)
     }
     if config.base_url:
         kwargs["base_url"] = config.base_url
@@ -108,7 +110,8 @@ def invoke_with_retry(
     """One model call; rate limits, connection errors and 5xx retried with capped exponential backoff,
     then PlannerCallError. A timeout raises PlannerTimeoutError at once (no retry with the same prompt).
 
-    ``timeout_s`` overrides the client's timeout for this call (a wall-time budget shortens it).
+    ``timeout_s`` overrides the client's timeout for this call (a wall-time budget shortens it); it is each
+    attempt's total deadline (``agent.llm.deadline``), which a dripping response cannot extend.
     """
     retrying = Retrying(
         stop=stop_after_attempt(config.llm_attempts),
@@ -119,7 +122,7 @@ def invoke_with_retry(
     kwargs: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
     try:
         for attempt in retrying:
-            with attempt:
+            with attempt, total_deadline(timeout_s if timeout_s is not None else config.llm_timeout_s):
                 reply = model.invoke(list(messages), **kwargs)
     except RetryError as exc:
         last = exc.last_attempt.exception()

@@ -15,6 +15,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from agent.config import AgentConfig
 from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
 from agent.llm.client import invoke_with_retry
+from agent.llm.feedback import fed_back
 from agent.llm.toolcalls import check_tool_calls
 from agent.nodes.common import add_time
 from agent.nodes.guided import guided_round
@@ -73,7 +74,8 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
     step = int(state.get("step") or 0) + (1 if checked.valid else 0)
     pending = clamped(checked.valid, cfg, step)
     update: dict[str, Any] = {
-        "scratchpad": [reply],
+        # what the model wrote goes back into every later prompt: cut to a tool result's budget
+        "scratchpad": [reply if offline else fed_back(reply, cfg.tool_output_tokens, cfg.model)],
         "pending_calls": pending,
         "round_messages": list(checked.errors),
         "step": step,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from agent.config import AgentConfig
 from agent.llm.budget import Budget, Usage
 from agent.llm.client import prompt_text
+from agent.llm.feedback import fed_back_all
 from agent.llm.structured import bind_structured, compact_schema, compact_schema_text, structured_call, tool_spec
 from graphs.errors import InvalidPlanError
 from graphs.skb.model import GraphSchema
@@ -482,12 +483,14 @@ def llm_plan(
         replies = [m for m in history if isinstance(m, AIMessage)]
         meta: Mapping[str, Any] = (replies[0].usage_metadata or {}) if replies else {}
         first = int(meta.get("input_tokens", 0) or 0) or first_tokens
+        # the model's rejected replies (and errors quoting them) are cut to the repair's share of the budget
+        tail = fed_back_all(history[2:], REPAIR_TOKENS, config.model)
         if 2 * first + REPAIR_TOKENS <= config.plan_prompt_tokens:
-            return list(history)
+            return [*history[:2], *tail]
         compact = _plan_messages(
             question, schema, linked, config, once, parameters, schema_text=compact_schema_text(schema)
         )
-        return [compact[0], *history[1:]]
+        return [compact[0], history[1], *tail]
 
     def validate(plan: PlanSpec) -> list[str]:
         slips.clear()  # only the accepted attempt's corrections are reported

@@ -152,6 +152,24 @@ def find_annotation(schema: GraphSchema, target_label: str, term_label: str) -> 
     return best[1] if best else None
 
 
+def annotations_by_pair(schema: GraphSchema) -> dict[tuple[str, str], Annotation]:
+    """``find_annotation`` of every (target label, term label) pair that has one, in one pass.
+
+    Why: asking ``find_annotation`` for every pair of labels walks every relation per pair -- cubic in
+    the number of relation names when labels grow with them (a graph with 500 relation names made
+    249,500 calls, minutes of build). Same result per pair: relations in schema order, the first with
+    the highest count wins."""
+    best: dict[tuple[str, str], tuple[int, Annotation]] = {}
+    for rel in schema.relations:
+        if rel.src_label == rel.dst_label:
+            continue
+        for target, term, direction in ((rel.src_label, rel.dst_label, "out"), (rel.dst_label, rel.src_label, "in")):
+            held = best.get((target, term))
+            if held is None or rel.count > held[0]:
+                best[(target, term)] = (rel.count, Annotation(target, term, rel.rel, direction))  # type: ignore[arg-type]
+    return {pair: annotation for pair, (_, annotation) in best.items()}
+
+
 def _build_ancestors(n: int, parents: list[list[int]]) -> sparse.csr_matrix:
     """Transitive closure (reflexive) by memoised DFS; hierarchies are DAGs but guard cycles."""
     closure: list[set[int] | None] = [None] * n

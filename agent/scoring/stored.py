@@ -25,6 +25,7 @@ from agent.scoring.hierarchy import (
     _SCHEMAS,
     Annotation,
     Hierarchy,
+    annotations_by_pair,
     detect_hierarchy,
     find_annotation,
     schema_for,
@@ -70,21 +71,26 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
         by_rel[edge.rel].append(edge)
     hierarchies: dict[str, list[str] | None] = {}
     found: dict[str, Any] = {}
+    # one pass over the relations each (a loop per label or per pair of labels over every relation was
+    # quadratic, and cubic, in relation names where labels grow with them)
+    self_rels: dict[str, set[str]] = defaultdict(set)
+    for r in schema.relations:
+        if r.src_label == r.dst_label:
+            self_rels[r.src_label].add(r.rel)
     for label in labels:
-        self_rels = {r.rel for r in schema.relations if r.src_label == label and r.dst_label == label}
-        found[label] = detect_hierarchy(_with_edges(skb, by_rel, self_rels), label)
+        # no self-relation, no hierarchy (``detect_hierarchy`` looks at self-relations only)
+        found[label] = detect_hierarchy(_with_edges(skb, by_rel, self_rels[label]), label) if self_rels.get(label) else None
         hierarchy = found[label]
         hierarchies[label] = None if hierarchy is None else [hierarchy.rel, hierarchy.narrow_to_broad]
     counts = {(r.rel, r.src_label, r.dst_label): r.count for r in schema.relations}
     pairs = []
-    for term_label in labels:
-        for target_label in labels:
-            annotation = None if target_label == term_label else find_annotation(schema, target_label, term_label)
-            if annotation is None:
-                continue
-            ends = (target_label, term_label) if annotation.direction == "out" else (term_label, target_label)
-            weight = counts.get((annotation.rel, *ends), 0)
-            pairs.append((found[term_label] is None, -weight, target_label, term_label, annotation))
+    known = set(labels)
+    for (target_label, term_label), annotation in annotations_by_pair(schema).items():
+        if target_label not in known or term_label not in known:
+            continue
+        ends = (target_label, term_label) if annotation.direction == "out" else (term_label, target_label)
+        weight = counts.get((annotation.rel, *ends), 0)
+        pairs.append((found[term_label] is None, -weight, target_label, term_label, annotation))
     pairs.sort(key=lambda p: p[:4])
     models: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}

@@ -62,9 +62,14 @@ class BM25Index:
         self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
         # PyStemmer objects are not thread-safe; tokenisation is serialised, scoring is not.
         self._stem_lock = threading.Lock()
-        label_arr = np.asarray(labels, dtype=object)
+        # rows per label in one pass (a comparison of every row per label was quadratic with many labels)
+        names = sorted(set(labels))
+        code = {label: i for i, label in enumerate(names)}
+        codes = np.fromiter((code[label] for label in labels), dtype=np.intp, count=len(labels))
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
         self._label_rows: dict[str, np.ndarray] = {
-            label: np.flatnonzero(label_arr == label) for label in sorted(set(labels))
+            label: order[bounds[i] : bounds[i + 1]] for i, label in enumerate(names)
         }
 
     # -- construction -------------------------------------------------------------

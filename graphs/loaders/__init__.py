@@ -19,6 +19,10 @@ def load_dataset(name: DatasetName, path: Path | None = None, profile: Path | No
     if profile is not None and name not in ("triples", "metaqa", "jsonl"):
         raise LoaderError(str(profile), f"--profile applies to the triples and jsonl datasets, not {name!r}",
                           fix="use --dataset triples or jsonl, or drop --profile")
+    if path is not None:
+        from graphs.loaders.lines import check_data_path
+
+        check_data_path(Path(path))
     if name == "hpo":
         from graphs.loaders.hpo import load_hpo
 

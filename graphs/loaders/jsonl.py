@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from graphs.errors import LoaderError
+from graphs.loaders.lines import MAX_LINE_BYTES, line_blocks
 from graphs.manifest import atomic_write_bytes
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.skb.names import NAME_FIX, name_problem
@@ -128,19 +129,24 @@ def _parse_lines(raw: list[bytes], src: str, first_line: int) -> tuple[list[Any]
     return objs, lines
 
 
-def _parse(path: Path) -> Iterator[tuple[list[Any], list[int] | None, int]]:
+def _parse(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[list[Any], list[int] | None, int]]:
     """The records of a JSON-lines file chunk by chunk (:data:`CHUNK_BYTES` of text each): the records,
-    their line numbers (None: record i is on line ``first + i``) and ``first``."""
+    their line numbers (None: record i is on line ``first + i``) and ``first``. A line over
+    ``max_line_bytes`` is refused before it is read whole (``graphs.loaders.lines``)."""
     src = str(path)
     first = 1
     with _open_lines(path) as fh:
+        blocks = line_blocks(fh, src, max_line_bytes=max_line_bytes, block_bytes=CHUNK_BYTES)
         while True:
             try:
-                raw = fh.readlines(CHUNK_BYTES)
+                block = next(blocks, None)
             except (OSError, EOFError, gzip_mod.BadGzipFile) as exc:
                 raise LoaderError(src, f"cannot read ({exc})", fix="re-write the file; it may be truncated") from exc
-            if not raw:
+            if block is None:
                 return
+            raw = block.split(b"\n")
+            if block.endswith(b"\n"):
+                raw.pop()
             objs, lines = _parse_lines(raw, src, first)
             yield objs, lines, first
             first += len(raw)
@@ -247,10 +253,10 @@ def _profile(path: Path) -> Profile | None:
     return None if raw is None else parse_profile(raw, f"{path} (profile)")
 
 
-def _load_nodes(skb: SKB, path: Path) -> None:
+def _load_nodes(skb: SKB, path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> None:
     src = str(path)
     nodes = skb.nodes
-    for objs, lines, first in _parse(path):
+    for objs, lines, first in _parse(path, max_line_bytes):
         for i, obj in enumerate(objs):
             lineno = lines[i] if lines is not None else first + i
             node = _node(obj, src, lineno)
@@ -264,7 +270,7 @@ def _load_nodes(skb: SKB, path: Path) -> None:
             skb.add_node(node, source=src, record=f"line {lineno}")
 
 
-def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
+def _load_edges(skb: SKB, path: Path, nodes_name: str, max_line_bytes: int = MAX_LINE_BYTES) -> None:
     """Append the file's edges to ``skb``.
 
     Each edge refers to its endpoints by the node's own key string and to its relation by one shared
@@ -275,7 +281,7 @@ def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
     node_of = nodes.get
     add = skb.add_edge
     rels: dict[str, str] = {}  # relation names already checked by _edge (the first edge of each goes there)
-    for objs, lines, first in _parse(path):
+    for objs, lines, first in _parse(path, max_line_bytes):
         for i, obj in enumerate(objs):
             # fast path for the well-formed common case; anything odd goes through _edge
             if type(obj) is dict:
@@ -305,8 +311,9 @@ def _load_edges(skb: SKB, path: Path, nodes_name: str) -> None:
         del objs
 
 
-def load_jsonl(directory: Path) -> SKB:
-    """Load and validate an SKB; every error names the file, the line and the fix."""
+def load_jsonl(directory: Path, max_line_bytes: int = MAX_LINE_BYTES) -> SKB:
+    """Load and validate an SKB; every error names the file, the line and the fix. A line over
+    ``max_line_bytes`` is refused before it is read whole."""
     directory = Path(directory)
     if not directory.is_dir():
         raise LoaderError(str(directory), "directory not found", fix=f"pass a directory holding {NODES} and {EDGES}")
@@ -324,9 +331,9 @@ def load_jsonl(directory: Path) -> SKB:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _load_nodes(skb, nodes_path)
+        _load_nodes(skb, nodes_path, max_line_bytes)
         if edges_path is not None:
-            _load_edges(skb, edges_path, nodes_path.name)
+            _load_edges(skb, edges_path, nodes_path.name, max_line_bytes)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -18,11 +18,13 @@ relations a node actually has (not only those its label suggests) when they choo
 
 from __future__ import annotations
 
+import codecs
 import gc
 import gzip
 from pathlib import Path
 
 from graphs.errors import LoaderError
+from graphs.loaders.lines import MAX_LINE_BYTES, check_data_path, line_blocks
 from graphs.skb.induce import merge
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.skb.names import NAME_FIX, key_problem, name_problem
@@ -33,6 +35,7 @@ CANDIDATE_FILES = ("kb.txt", "kb.tsv", "triples.txt", "triples.tsv")
 
 
 def _resolve(path: Path) -> Path:
+    check_data_path(path)
     if path.is_file():
         return path
     if path.is_dir():
@@ -46,25 +49,30 @@ def _resolve(path: Path) -> Path:
     raise LoaderError(str(path), "file not found", fix="pass a head|relation|tail file (or tab-separated, .gz ok)")
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """The file's lines (``str.splitlines``), read in bounded blocks (``graphs.loaders.lines``)."""
+    lines: list[str] = []
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
-                return fh.read().splitlines()
-        # utf-8-sig: a byte-order mark (Windows editors write one) must not become part of the first key
-        return path.read_text(encoding="utf-8-sig").splitlines()
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as fh:
+            for block in line_blocks(fh, str(path), max_line_bytes=max_line_bytes):
+                if not lines and block.startswith(codecs.BOM_UTF8):
+                    # a byte-order mark (Windows editors write one) must not become part of the first key
+                    block = block[len(codecs.BOM_UTF8):]
+                lines.extend(block.decode("utf-8").splitlines())
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise LoaderError(str(path), f"cannot read ({exc})", fix="the file must be UTF-8 text (gzip ok)") from exc
+    return lines
 
 
-def read_triples(path: Path) -> list[tuple[str, str, str]]:
+def read_triples(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> list[tuple[str, str, str]]:
     """Distinct (head, relation, tail) triples in file order; blank lines and ``#`` comments skipped.
 
     The separator is a tab if the first data line has one, else ``|``. A tail may contain the
-    separator (the line is split at the first two).
+    separator (the line is split at the first two). A line over ``max_line_bytes`` is refused before
+    it is read whole.
     """
     path = _resolve(Path(path))
-    lines = _lines(path)
+    lines = _lines(path, max_line_bytes)
     sep: str | None = None
     out: list[tuple[str, str, str]] = []
     seen: set[tuple[str, str, str]] = set()

@@ -31,10 +31,11 @@ from __future__ import annotations
 import json
 import mmap
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, cast, overload
+from typing import Any, Literal, NamedTuple, NoReturn, cast, overload
 
 import numpy as np
 
@@ -117,41 +118,61 @@ class _Blob:
                 f"{index_dir}` (same --dataset and --data as before)")
 
 
+def _released() -> NoReturn:
+    raise ReferenceError("the SKB behind this view was released (its index was closed or replaced); open it again")
+
+
 class _NodeMap(Mapping[str, Node]):
-    """``key -> Node``; a Node is built on first access and kept (the same object afterwards)."""
+    """``key -> Node``; a Node is built on first access and kept (the same object afterwards).
+
+    The SKB is held weakly: a strong reference back made the SKB and its views a reference cycle, so
+    a replaced build's SKB -- and the files it maps -- stayed until a garbage collection happened to run."""
 
     def __init__(self, skb: CompactSKB) -> None:
-        self._skb = skb
+        self._ref = weakref.ref(skb)
+        self._index = skb._index
+        self._keys = skb._keys
         self._cache: dict[str, Node] = {}
 
     def __getitem__(self, key: str) -> Node:
         node = self._cache.get(key)
         if node is None:
-            node = self._cache.setdefault(key, self._skb._node_at(self._skb._index[key]))
+            skb = self._ref()
+            if skb is None:
+                _released()
+            node = self._cache.setdefault(key, skb._node_at(self._index[key]))
         return node
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         node = self._cache.get(key)
         if node is not None:
             return node
-        i = self._skb._index.get(key)
+        i = self._index.get(key)
         return default if i is None else self[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._skb._index
+        return key in self._index
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._skb._keys)
+        return iter(self._keys)
 
     def __len__(self) -> int:
-        return len(self._skb._keys)
+        return len(self._keys)
 
 
 class _EdgeList(Sequence[Edge]):
-    """The edges in their stored order; an Edge is built per access (edges are many and rarely all read)."""
+    """The edges in their stored order; an Edge is built per access (edges are many and rarely all read).
+    The SKB is held weakly, as by ``_NodeMap``."""
 
     def __init__(self, skb: CompactSKB) -> None:
-        self._skb = skb
+        self._ref = weakref.ref(skb)
+
+    @property
+    def _skb(self) -> CompactSKB:
+        skb = self._ref()
+        if skb is None:
+            _released()
+        return skb
 
     def __len__(self) -> int:
         return len(self._skb._edge_src)

@@ -125,8 +125,12 @@ class GraphSchema(BaseModel):
                 return [p.name for p in info.properties]
         return []
 
-    def render(self, max_samples: int = 2, max_sample_chars: int = 40) -> str:
-        """Compact text for prompts: one line per label and per relation pattern."""
+    def render(self, max_samples: int = 0, max_sample_chars: int = 40) -> str:
+        """Compact text for prompts: one line per label and per relation pattern.
+
+        No property values by default: this text goes into system prompts, and graph text reaches a model
+        only as quoted JSON inside tool results (a node's definition shown as a sample read as an
+        instruction). ``max_samples`` > 0 is for text a person reads."""
         lines = ["Node labels:"]
         for info in self.labels:
             props = []

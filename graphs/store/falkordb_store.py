@@ -101,6 +101,7 @@ class FalkorDBStore(CypherStore):
     """
 
     _plain = staticmethod(_to_plain)
+    _load_group = 64  # load statements chained per query (many labels or relation names: fewer round trips)
 
     def __init__(
         self,

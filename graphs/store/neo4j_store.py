@@ -14,9 +14,10 @@ plain MATCH queries.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import neo4j
@@ -42,6 +43,36 @@ log = logging.getLogger(__name__)
 ENV_VARS = ("NEO4J_URI", "NEO4J_USER", "NEO4J_PASSWORD", "NEO4J_DATABASE")
 _T = TypeVar("_T")
 _CLIENT_TIMEOUT_GRACE_S = 2.0
+
+
+#: URI schemes of the Bolt protocol (the driver's others speak Neo4j's HTTP Query API, which needs an
+#: optional dependency and is not what this store reads).
+BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
+
+
+def check_bolt_uri(uri: str) -> None:
+    """ConfigError naming the Bolt schemes when ``uri`` has another (http(s):// is Neo4j's browser port)."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme not in BOLT_SCHEMES:
+        shown = f"scheme {scheme!r}" if scheme else "no scheme"
+        raise ConfigError(
+            f"{uri!r} has {shown}; a Neo4j source is read over Bolt: use one of "
+            f"{', '.join(s + '://' for s in BOLT_SCHEMES)} (e.g. bolt://HOST:7687, not the HTTP port 7474)"
+        )
+
+
+@contextlib.contextmanager
+def _quiet_driver() -> Iterator[None]:
+    """The driver's own log lines held back while it probes a server: a peer that speaks garbage made it
+    print one ("Failed to read from defunct connection") before our message, which says the same and
+    what to do. Our error carries the driver's text."""
+    logger = logging.getLogger("neo4j")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _to_plain(value: Any) -> Any:
@@ -95,6 +126,7 @@ class Neo4jStore(CypherStore):
         self.default_timeout_ms = int(timeout_s * 1000)
         self.notes: list[str] = []
         """Things load() had to work around (e.g. an index statement the server rejected)."""
+        check_bolt_uri(uri)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="neo4j-read")
         try:
             self._driver = GraphDatabase.driver(
@@ -103,7 +135,8 @@ class Neo4jStore(CypherStore):
                 connection_timeout=connection_timeout_s,
                 connection_acquisition_timeout=connection_timeout_s,
             )
-            self._driver.verify_connectivity()
+            with _quiet_driver():
+                self._driver.verify_connectivity()
         except neo4j_exc.AuthError as exc:
             self._pool.shutdown(wait=False)
             raise ConfigError(
