@@ -18,6 +18,7 @@ from graphs.progress import ProgressReporter, print_error, print_table, print_te
 from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
+    from graphs.embedding.tuning.train import TuneConfig
     from graphs.loaders.neo4j_source import Neo4jSource
 
 console = Console()
@@ -72,6 +73,14 @@ def index_command(
         typer.Option(help="all | core (no model: the graph, its statistics, BM25 and the store, answering in about "
                           "a minute; run again without it to add the vectors)"),
     ] = "all",
+    tune_encoder: Annotated[
+        bool,
+        typer.Option(help="fine-tune the bundled encoder on the graph's own synonyms, definitions and profile texts "
+                          "before embedding (CPU: minutes to an hour; see docs/encoder-tuning.md)"),
+    ] = False,
+    tune_steps: Annotated[int, typer.Option(help="--tune-encoder: training steps")] = 200,
+    tune_batch: Annotated[int, typer.Option(help="--tune-encoder: pairs per step (in-batch negatives)")] = 64,
+    tune_seed: Annotated[int, typer.Option(help="--tune-encoder: random seed (same seed, same model)")] = 0,
     force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
     trust_pickle: Annotated[
         bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
@@ -100,6 +109,7 @@ def index_command(
             embedder=embedder,
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
             stage=stage,  # type: ignore[arg-type]
+            tune_encoder=_tune_config(tune_steps, tune_batch, tune_seed) if tune_encoder else None,
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         if source is not None:
@@ -152,6 +162,14 @@ def index_command(
     print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
     print_text(console, f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+
+
+def _tune_config(steps: int, batch: int, seed: int) -> TuneConfig:
+    from graphs.embedding.tuning.train import TuneConfig
+
+    config = TuneConfig(steps=steps, batch_size=batch, seed=seed)
+    config.check()
+    return config
 
 
 def _neo4j_source(
@@ -319,3 +337,6 @@ def register(app: typer.Typer) -> None:
     app.command("index")(index_command)
     app.command("search")(search_command)
     app.command("verify")(verify_command)
+    from agent.cli.tune import tune_command
+
+    app.command("tune")(tune_command)
