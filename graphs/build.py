@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from graphs.embedding.embedder import DEFAULT_EMBEDDER
-from graphs.embedding.tuning.train import TuneConfig
 from graphs.errors import ConfigError
 from graphs.sage.edges import SimilarityConfig
 from graphs.skb.model import SKB
+from graphs.tuning.train import TuneConfig
 
 if TYPE_CHECKING:
     from graphs.manifest import FileDigest
@@ -61,7 +61,7 @@ class IndexConfig(BaseModel):
     database and the state it was read in, ``{"kind": "neo4j", "source": {...}, "state": {...}}``). With
     ``store="neo4j"`` the build then loads nothing into it: the index serves the live database."""
     tune_encoder: TuneConfig | None = None
-    """Fine-tune the bundled encoder on this graph's own pairs before embedding (``graphs.embedding.tuning``;
+    """Fine-tune the bundled encoder on this graph's own pairs before embedding (``graphs.tuning``;
     ``skb index --tune-encoder``): the index then stores the tuned model (``encoder/``) and embeds node texts,
     phrases and queries with it. None: the embedder as given."""
     stage: Literal["core", "all"] = "all"
@@ -265,7 +265,7 @@ def build_index(
         cache_dir = config.cache_dir or default_cache_dir(index_dir)
         embedder_spec = config.embedder
         if config.stage != "core" and (config.tune_encoder is not None or embedder_spec.startswith("tuned:")):
-            from graphs.embedding.tuning.stage import INDEX_ENCODER_DIR, index_encoder
+            from graphs.tuning.stage import INDEX_ENCODER_DIR, index_encoder
 
             t0 = time.perf_counter()
             embedder_spec = index_encoder(

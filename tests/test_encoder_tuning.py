@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphs.embedding.tuning.export import ENCODER_SIDECAR, ONNX_FILE, PAIRS_FILE, WEIGHTS_FILE
-from graphs.embedding.tuning.pairs import mine_pairs
-from graphs.embedding.tuning.train import TuneConfig, batches
+from graphs.embedding.tuned import ENCODER_SIDECAR, ONNX_FILE, PAIRS_FILE, WEIGHTS_FILE
 from graphs.errors import ConfigError
 from graphs.skb.model import SKB, Node, NodeType
+from graphs.tuning.pairs import mine_pairs
+from graphs.tuning.train import TuneConfig, batches
 from tests.encoder_tuning_support import TOOLS, tool_shop_skb
 
 #: Small enough for a CPU test, enough to move the jargon names onto their meanings.
@@ -30,7 +30,7 @@ PARAPHRASES = {
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    from graphs.embedding.tuning.stage import tune_encoder
+    from graphs.tuning.stage import tune_encoder
 
     out = tmp_path_factory.mktemp("tuned") / "model"
     record = tune_encoder(tool_shop_skb(), out, SMALL)
@@ -120,7 +120,7 @@ def _ranks(embedder: Any) -> dict[str, int]:
 
 def test_tuning_finds_paraphrases_the_shipped_encoder_misses(tuned: tuple[Path, dict[str, Any]]) -> None:
     from graphs.embedding.embedder import MiniLMEmbedder
-    from graphs.embedding.tuning.runtime import TunedEmbedder
+    from graphs.embedding.tuned import TunedEmbedder
 
     model_dir, record = tuned
     before = _ranks(MiniLMEmbedder(max_seq_length=32, quantize=True))
@@ -136,7 +136,7 @@ def test_same_seed_same_model() -> None:
     import torch
 
     from graphs.embedding.embedder import _minilm_path
-    from graphs.embedding.tuning.train import train_encoder
+    from graphs.tuning.train import train_encoder
 
     config = TuneConfig(steps=3, batch_size=4, max_seq_length=16, seed=11)
     pairs = mine_pairs(tool_shop_skb(), seed=11)
@@ -151,7 +151,7 @@ def test_same_seed_same_model() -> None:
 def test_an_index_stores_its_tuned_encoder_and_queries_with_it(tuned: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     from graphs.build import IndexConfig, build_index
     from graphs.bundle import IndexBundle
-    from graphs.embedding.tuning.runtime import TunedEmbedder
+    from graphs.embedding.tuned import TunedEmbedder
     from graphs.manifest import Manifest
 
     model_dir, record = tuned

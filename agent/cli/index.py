@@ -18,8 +18,8 @@ from graphs.progress import ProgressReporter, print_error, print_table, print_te
 from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
-    from graphs.embedding.tuning.train import TuneConfig
     from graphs.loaders.neo4j_source import Neo4jSource
+    from graphs.tuning.train import TuneConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -165,7 +165,7 @@ def index_command(
 
 
 def _tune_config(steps: int, batch: int, seed: int) -> TuneConfig:
-    from graphs.embedding.tuning.train import TuneConfig
+    from graphs.tuning.train import TuneConfig
 
     config = TuneConfig(steps=steps, batch_size=batch, seed=seed)
     config.check()
@@ -225,6 +225,8 @@ def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
 
     settings = config.model_dump(mode="json")  # type: ignore[attr-defined]
     settings.pop("stage", None)  # not an input: indexes built before stages existed keep their fingerprint
+    if settings.get("tune_encoder") is None:  # indexes built before encoder tuning existed keep theirs too
+        settings.pop("tune_encoder", None)
     parts = [dataset, str(data.resolve()) if data else "", json.dumps(settings, sort_keys=True)]
     if data and data.exists():
         for path in sorted(data.rglob("*") if data.is_dir() else [data]):
@@ -337,6 +339,3 @@ def register(app: typer.Typer) -> None:
     app.command("index")(index_command)
     app.command("search")(search_command)
     app.command("verify")(verify_command)
-    from agent.cli.tune import tune_command
-
-    app.command("tune")(tune_command)

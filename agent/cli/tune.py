@@ -36,8 +36,8 @@ def tune_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
 ) -> None:
     """Fine-tune the bundled encoder on a graph's synonyms, definitions and profile texts (never on questions)."""
-    from graphs.embedding.tuning.stage import tune_encoder
-    from graphs.embedding.tuning.train import TuneConfig
+    from graphs.tuning.stage import tune_encoder
+    from graphs.tuning.train import TuneConfig
 
     try:
         if out.exists() and any(out.iterdir()):

@@ -596,7 +596,7 @@ def get_embedder(spec: str = "minilm", cache_dir: Path | None = None, *, base_di
 
     ``minilm`` runs on ONNX Runtime; ``:torch`` selects the sentence-transformers
     reference (same model name, same vectors); ``:int8`` the quantized ONNX variant.
-    ``"tuned:<dir>[:<max tokens>]"`` runs an encoder tuned on a graph (``graphs.embedding.tuning``);
+    ``"tuned:<dir>[:<max tokens>]"`` runs an encoder tuned on a graph (``graphs.tuning``);
     a relative ``<dir>`` is read from ``base_dir`` (the index directory that stores it).
     """
     name = (spec or "minilm").strip()
@@ -607,7 +607,7 @@ def get_embedder(spec: str = "minilm", cache_dir: Path | None = None, *, base_di
     elif base.strip().lower() in ("minilm", MINILM_NAME.lower()):
         inner = _minilm_from_spec(spec, options)
     elif base.strip().lower() == "tuned":
-        from graphs.embedding.tuning.runtime import tuned_from_spec
+        from graphs.embedding.tuned import tuned_from_spec
 
         inner = tuned_from_spec(spec, options, base_dir)
     elif base.strip().lower() == "hash":

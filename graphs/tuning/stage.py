@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphs.embedding.tuning.pairs import mine_pairs
-from graphs.embedding.tuning.train import TuneConfig
+from graphs.tuning.pairs import mine_pairs
+from graphs.tuning.train import TuneConfig
 
 if TYPE_CHECKING:
     from graphs.skb.model import SKB
@@ -34,12 +34,13 @@ def tune_encoder(
     Returns the sidecar record. ``checkpoint_dir``: every ``checkpoint_every`` steps the weights so far
     are written there as ``step-<n>/`` model directories (for a learning curve; not used by an index).
     """
-    from graphs.embedding.embedder import _minilm_path
-    from graphs.embedding.tuning.export import write_tuned_model
-    from graphs.embedding.tuning.train import train_encoder
+    from graphs.embedding.embedder import MINILM_NAME, _minilm_path
+    from graphs.tuning.export import write_tuned_model
+    from graphs.tuning.train import train_encoder
 
     config.check()
     base = Path(base_dir) if base_dir is not None else _minilm_path()
+    base_name = MINILM_NAME if base_dir is None else base.name
     pairs = mine_pairs(skb, kinds=config.kinds, hard_negatives=config.hard_negatives, seed=config.seed)
     settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()}
 
@@ -47,7 +48,7 @@ def tune_encoder(
         assert checkpoint_dir is not None
         write_tuned_model(
             Path(checkpoint_dir) / f"step-{step}", base, state, pairs=[], settings={**settings, "steps": step},
-            stats={"train_seconds": None},
+            stats={"train_seconds": None}, base_model_name=base_name,
         )
 
     result = train_encoder(
@@ -61,7 +62,9 @@ def tune_encoder(
         "final_loss": round(sum(result.losses[-10:]) / max(1, len(result.losses[-10:])), 4),
         "first_loss": round(sum(result.losses[:10]) / max(1, len(result.losses[:10])), 4),
     }
-    return write_tuned_model(out_dir, base, result.state_dict, pairs=pairs, settings=settings, stats=stats)
+    return write_tuned_model(
+        out_dir, base, result.state_dict, pairs=pairs, settings=settings, stats=stats, base_model_name=base_name
+    )
 
 
 #: Where an index keeps its tuned encoder, and the spec its manifest records for it.
@@ -95,8 +98,8 @@ def index_encoder(
     otherwise ``embedder_spec`` is ``tuned:<dir>`` naming one trained before (``skb tune``), which is
     copied in. Either way the index holds its encoder, so it can move and still embed its queries.
     """
-    from graphs.embedding.tuning.export import copy_tuned_model, read_sidecar
-    from graphs.embedding.tuning.runtime import tuned_from_spec
+    from graphs.embedding.tuned import tuned_from_spec
+    from graphs.tuning.export import copy_tuned_model, read_sidecar
 
     target = Path(build_dir) / INDEX_ENCODER_DIR
     if tune is not None:

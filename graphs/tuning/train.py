@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphs.embedding.tuning.pairs import Pair
 from graphs.errors import ConfigError
+from graphs.tuning.pairs import Pair
 
 __all__ = ["TuneConfig", "TuneResult", "batches", "train_encoder"]
 

@@ -23,11 +23,8 @@ from graphs.manifest import atomic_write_bytes, atomic_write_text
 
 __all__ = ["ENCODER_SIDECAR", "ONNX_FILE", "PAIRS_FILE", "WEIGHTS_FILE", "read_sidecar", "write_tuned_model"]
 
-SIDECAR_FORMAT = 1
-ENCODER_SIDECAR = "encoder.json"
-WEIGHTS_FILE = "model.safetensors"
-ONNX_FILE = "model.int8.onnx"
-PAIRS_FILE = "pairs.jsonl"
+from graphs.embedding.tuned import ENCODER_SIDECAR, ONNX_FILE, PAIRS_FILE, SIDECAR_FORMAT, WEIGHTS_FILE, read_sidecar
+
 #: The base model's files a tuned directory keeps (everything but its weights): small, and they make the
 #: directory loadable by sentence-transformers as well as by the ONNX builder.
 _CARRIED = (
@@ -64,8 +61,11 @@ def write_tuned_model(
     pairs: Sequence[Any],
     settings: dict[str, Any],
     stats: dict[str, Any],
+    base_model_name: str = "all-MiniLM-L6-v2",
 ) -> dict[str, Any]:
-    """Write the model directory (see the module docstring) and return its sidecar record."""
+    """Write the model directory (see the module docstring) and return its sidecar record.
+
+    ``base_model_name``: the identity of the encoder tuned (the tuned model's name extends it)."""
     from graphs.embedding.onnx_runtime import GRAPH_VERSION, _build_bytes
 
     out_dir = Path(out_dir)
@@ -85,7 +85,7 @@ def write_tuned_model(
     record = {
         "format": SIDECAR_FORMAT,
         "graph_version": GRAPH_VERSION,
-        "base_model": Path(base_dir).name if Path(base_dir).name != "model" else Path(base_dir).parent.name,
+        "base_model_name": base_model_name,
         "base_sha256": _sha256((Path(base_dir) / WEIGHTS_FILE).read_bytes()),
         "weights_sha256": _sha256(weights),
         "onnx_sha256": _sha256(onnx),
@@ -97,25 +97,6 @@ def write_tuned_model(
         **stats,
     }
     atomic_write_text(out_dir / ENCODER_SIDECAR, json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return record
-
-
-def read_sidecar(model_dir: Path) -> dict[str, Any]:
-    """The sidecar of a tuned model directory, checked to name an int8 ONNX graph that exists."""
-    path = Path(model_dir) / ENCODER_SIDECAR
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(
-            f"{model_dir} is not a tuned encoder (no {ENCODER_SIDECAR}) -- build one with `skb index --tune-encoder` "
-            "or `skb tune`"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc} -- rebuild the tuned encoder") from exc
-    if not isinstance(record, dict) or record.get("format") != SIDECAR_FORMAT or "onnx_sha256" not in record:
-        raise ConfigError(f"{path} is not a tuned-encoder sidecar this version reads -- rebuild the tuned encoder")
-    if not (Path(model_dir) / ONNX_FILE).is_file():
-        raise ConfigError(f"{model_dir} lacks {ONNX_FILE} -- rebuild the tuned encoder")
     return record
 
 
