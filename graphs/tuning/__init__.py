@@ -9,6 +9,7 @@ any label or any download (SapBERT's recipe: Liu et al., NAACL 2021).
 
 Parts: :mod:`.pairs` (mining the pairs and their hard negatives from nodes and the profile),
 :mod:`.train` (the torch loop; imported only when tuning), :mod:`.export` (safetensors + the
-ONNX int8 graph the index uses, with a sidecar naming their hashes), :mod:`.runtime` (the
-embedder that runs a tuned model; no torch).
+ONNX int8 graph the index uses, with a sidecar naming their hashes), :mod:`.stage` (all three, for
+``skb tune`` and ``skb index --tune-encoder``). The embedder that runs a tuned model sits with the other
+embedders, in :mod:`graphs.embedding.tuned` (no torch).
 """
