@@ -33,6 +33,7 @@ from graphs.embedding.embedder import DEFAULT_EMBEDDER
 from graphs.errors import ConfigError
 from graphs.sage.edges import SimilarityConfig
 from graphs.skb.model import SKB
+from graphs.tuning.train import TuneConfig
 
 if TYPE_CHECKING:
     from graphs.manifest import FileDigest
@@ -59,6 +60,10 @@ class IndexConfig(BaseModel):
     """Where the SKB was read from when the graph stays there (``graphs.loaders.neo4j_source``: the
     database and the state it was read in, ``{"kind": "neo4j", "source": {...}, "state": {...}}``). With
     ``store="neo4j"`` the build then loads nothing into it: the index serves the live database."""
+    tune_encoder: TuneConfig | None = None
+    """Fine-tune the bundled encoder on this graph's own pairs before embedding (``graphs.tuning``;
+    ``skb index --tune-encoder``): the index then stores the tuned model (``encoder/``) and embeds node texts,
+    phrases and queries with it. None: the embedder as given."""
     stage: Literal["core", "all"] = "all"
     """``core``: everything that needs no model (the SKB and its stored statistics, BM25, the graph
     store) in about a minute, so a first question is answered before the vectors exist; the index
@@ -84,9 +89,11 @@ class BuildSummary(BaseModel):
 
 
 #: Top-level entries a build writes (the CLI adds ``inputs.sha256``); everything else in an index is the user's.
-BUILD_OWNED = frozenset({"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb", "phrases"})
+BUILD_OWNED = frozenset(
+    {"manifest.json", "inputs.sha256", "skb", "hnsw", "bm25", "sage", "falkordb", "phrases", "encoder"}
+)
 #: Build outputs whose every file the manifest lists: a file not listed there is not the build's.
-LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage", "phrases")
+LISTED_OUTPUT_DIRS = ("skb", "hnsw", "bm25", "sage", "phrases", "encoder")
 #: SQLite databases the agent keeps in an index dir (agent.tracing.tracer's traces, agent.serving.langgraph_app's threads) with their
 #: side files: a directory holding only these is built into (they are kept), not refused as "not an index".
 _AGENT_DATABASES = re.compile(r"(traces|threads)\.sqlite(-wal|-shm|-journal)?")
@@ -274,7 +281,20 @@ def build_index(
         missing: list[str] = []
         batch = max(1, config.embed_batch)
         cache_dir = config.cache_dir or default_cache_dir(index_dir)
-        embedder = get_embedder(config.embedder, cache_dir=cache_dir / "emb")  # opens no model until used
+        embedder_spec = config.embedder
+        if config.stage != "core" and (config.tune_encoder is not None or embedder_spec.startswith("tuned:")):
+            from graphs.tuning.stage import INDEX_ENCODER_DIR, index_encoder
+
+            t0 = time.perf_counter()
+            embedder_spec = index_encoder(
+                skb, tmp, config.embedder, config.tune_encoder, progress=lambda d, t: report("tune", d, t)
+            )
+            for path in sorted((tmp / INDEX_ENCODER_DIR).rglob("*")):
+                if path.is_file():
+                    files[path.relative_to(tmp).as_posix()] = sha256_file(path)
+            timings["tune_encoder"] = time.perf_counter() - t0
+        # opens no model until used
+        embedder = get_embedder(embedder_spec, cache_dir=cache_dir / "emb", base_dir=tmp)
         if config.stage == "core":
             from graphs.index.phrases import phrase_entries
 
@@ -360,7 +380,7 @@ def build_index(
             files=files,
             data_files=data_files,
             generation=uuid.uuid4().hex,
-            extra={"config": config.model_dump(mode="json"), "embedder_spec": config.embedder, "store": config.store,
+            extra={"config": config.model_dump(mode="json"), "embedder_spec": embedder_spec, "store": config.store,
                    "missing": missing},
         )
         manifest.write(tmp)

@@ -299,7 +299,7 @@ class IndexBundle:
                     from graphs.errors import IndexMismatchError
 
                     spec = str(self.manifest.extra.get("embedder_spec", "minilm"))
-                    emb = get_embedder(spec, cache_dir=default_cache_dir(self.index_dir) / "emb")
+                    emb = get_embedder(spec, cache_dir=default_cache_dir(self.index_dir) / "emb", base_dir=self.index_dir)
                     if emb.model_name != self.manifest.embedder_model:
                         raise IndexMismatchError(
                             f"index {self.index_dir} was built with embedder {self.manifest.embedder_model!r} but "

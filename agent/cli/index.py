@@ -19,6 +19,7 @@ from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
     from graphs.loaders.neo4j_source import Neo4jSource
+    from graphs.tuning.train import TuneConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -72,6 +73,14 @@ def index_command(
         typer.Option(help="all | core (no model: the graph, its statistics, BM25 and the store, answering in about "
                           "a minute; run again without it to add the vectors)"),
     ] = "all",
+    tune_encoder: Annotated[
+        bool,
+        typer.Option(help="fine-tune the bundled encoder on the graph's own synonyms, definitions and profile texts "
+                          "before embedding (CPU: minutes to an hour; see docs/encoder-tuning.md)"),
+    ] = False,
+    tune_steps: Annotated[int, typer.Option(help="--tune-encoder: training steps")] = 200,
+    tune_batch: Annotated[int, typer.Option(help="--tune-encoder: pairs per step (in-batch negatives)")] = 64,
+    tune_seed: Annotated[int, typer.Option(help="--tune-encoder: random seed (same seed, same model)")] = 0,
     force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
     trust_pickle: Annotated[
         bool, typer.Option(help="stark: allow full pickle for *.pkl files (can run code: trusted sources only)")
@@ -100,6 +109,7 @@ def index_command(
             embedder=embedder,
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
             stage=stage,  # type: ignore[arg-type]
+            tune_encoder=_tune_config(tune_steps, tune_batch, tune_seed) if tune_encoder else None,
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         if source is not None:
@@ -152,6 +162,14 @@ def index_command(
     print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
     print_text(console, f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+
+
+def _tune_config(steps: int, batch: int, seed: int) -> TuneConfig:
+    from graphs.tuning.train import TuneConfig
+
+    config = TuneConfig(steps=steps, batch_size=batch, seed=seed)
+    config.check()
+    return config
 
 
 def _neo4j_source(
@@ -210,6 +228,8 @@ def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
 
     settings = config.model_dump(mode="json")  # type: ignore[attr-defined]
     settings.pop("stage", None)  # not an input: indexes built before stages existed keep their fingerprint
+    if settings.get("tune_encoder") is None:  # indexes built before encoder tuning existed keep theirs too
+        settings.pop("tune_encoder", None)
     parts = [dataset, str(data.resolve()) if data else "", json.dumps(settings, sort_keys=True)]
     if data and data.exists():
         for path in sorted(data.rglob("*") if data.is_dir() else [data]):

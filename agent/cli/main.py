@@ -219,8 +219,10 @@ def parse_settings(items: list[str]) -> dict[str, object]:
 from agent.cli.graph_stats import graph_app as _graph_app
 from agent.cli.index import register as _register_graphs
 from agent.cli.profile import profile_app as _profile_app
+from agent.cli.tune import tune_command as _tune_command
 
 _register_graphs(app)
+app.command("tune")(_tune_command)
 app.add_typer(_graph_app, name="graph")
 app.add_typer(_profile_app, name="profile")
 

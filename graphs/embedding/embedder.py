@@ -236,7 +236,7 @@ class TorchMiniLMEmbedder:
 
 # -- factory ----------------------------------------------------------------------------
 _SPEC_HELP = (
-    "use 'minilm[:<max tokens>][:int8|:torch]' (e.g. minilm:64) or 'openai:<model>' "
+    "use 'minilm[:<max tokens>][:int8|:torch]' (e.g. minilm:64), 'tuned:<model dir>[:<max tokens>]' or 'openai:<model>' "
     "(or 'hash[:<dim>]', the fast deterministic embedder for scale runs only)"
 )
 
@@ -258,12 +258,14 @@ def _minilm_from_spec(spec: str, options: list[str]) -> Embedder:
     return MiniLMEmbedder(max_seq_length=seq, quantize=runtime == "int8")
 
 
-def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedder:
+def get_embedder(spec: str = "minilm", cache_dir: Path | None = None, *, base_dir: Path | None = None) -> Embedder:
     """``"minilm[:<max tokens>][:int8|:torch]"`` (offline) or ``"openai:<model>"`` (OPENAI_BASE_URL / OPENAI_API_KEY);
     ``"hash[:<dim>]"`` is the feature-hashing embedder of scale runs (never a default; not cached).
 
     ``minilm`` runs on ONNX Runtime; ``:torch`` selects the sentence-transformers
     reference (same model name, same vectors); ``:int8`` the quantized ONNX variant.
+    ``"tuned:<dir>[:<max tokens>]"`` runs an encoder tuned on a graph (``graphs.tuning``);
+    a relative ``<dir>`` is read from ``base_dir`` (the index directory that stores it).
     """
     name = (spec or "minilm").strip()
     inner: Embedder
@@ -272,6 +274,10 @@ def get_embedder(spec: str = "minilm", cache_dir: Path | None = None) -> Embedde
         inner = OpenAIEmbedder(name.split(":", 1)[1].strip())
     elif base.strip().lower() in ("minilm", MINILM_NAME.lower()):
         inner = _minilm_from_spec(spec, options)
+    elif base.strip().lower() == "tuned":
+        from graphs.embedding.tuned import tuned_from_spec
+
+        inner = tuned_from_spec(spec, options, base_dir)
     elif base.strip().lower() == "hash":
         from graphs.embedding.hashing import hash_from_spec
 
