@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-all install bytecode lint typecheck bench clean metaqa metaqa-bench
+.PHONY: demo test test-all install bytecode lint typecheck bench clean metaqa metaqa-bench docs docs-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
+# The documentation site (mkdocs.yml, docs/): served at http://127.0.0.1:8000 with live reload; `make test` builds
+# it with --strict and runs every example in README.md and docs/ (tests/test_docs_site.py, tests/test_docs_examples.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/mkdocs serve
+
+docs-build: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/mkdocs build --strict --site-dir site
+
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
@@ -65,4 +73,4 @@ metaqa-bench: metaqa
 	$(BIN)/skb eval --bench $(METAQA)/metaqa_dev.csv --index-dir .skb/metaqa --method agent --out runs/metaqa-dev
 
 clean:
-	rm -rf .skb runs
+	rm -rf .skb runs site
