@@ -80,7 +80,7 @@ def _config() -> dict[str, Any]:
 
     # mkdocs.yml may use !!python/name tags (Material's emoji); read only what this test needs
     _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
-    config: dict[str, Any] = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=_Loader)  # noqa: S506 -- safe loader
+    config: dict[str, Any] = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=_Loader)
     return config
 
 
@@ -111,11 +111,11 @@ def test_strict_build_renders_every_page_and_the_api_reference(site: Path) -> No
 
 def test_every_old_readme_section_is_a_page_in_the_navigation() -> None:
     nav = set(_nav_pages(_config()["nav"]))
-    assert set(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")) == nav, "a page outside the navigation"
+    assert {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")} == nav, "a page outside the navigation"
     for old, (page, heading) in OLD_README_SECTIONS.items():
         assert page in nav, f"{old!r}: {page} is not in the navigation"
         text = (DOCS / page).read_text()
-        assert re.search(rf"^#+ {re.escape(heading)}\s*$", text, re.M), f"{old!r}: {page} has no heading {heading!r}"
+        assert re.search(rf"^#+ {re.escape(heading)}\s*$", text, re.MULTILINE), f"{old!r}: {page} has no heading {heading!r}"
 
 
 def test_no_issue_numbers_or_development_stops_in_user_facing_text() -> None:
