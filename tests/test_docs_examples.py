@@ -184,8 +184,12 @@ def _close_all(namespace: dict[str, Any]) -> None:
 
 
 def _tagged_elsewhere() -> set[str]:
-    """Tags that tests/test_serve_users_doc.py names (its `run_block("TAG", ...)` calls and "trace-commands")."""
-    return set(re.findall(r'"([\w-]+)"', (REPO / "tests" / "test_serve_users_doc.py").read_text()))
+    """Tags that the tests running tagged blocks name: `run_block("TAG", ...)` anywhere under tests/, and the quoted
+    names in tests/test_serve_users_doc.py ("trace-commands")."""
+    tags = set(re.findall(r'"([\w-]+)"', (REPO / "tests" / "test_serve_users_doc.py").read_text()))
+    for path in (REPO / "tests").rglob("*.py"):
+        tags |= set(re.findall(r'run_block\("([\w-]+)"', path.read_text()))
+    return tags
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if any(e.page == p for e in ALL)], ids=lambda p: str(p.relative_to(REPO)))
@@ -213,7 +217,7 @@ def test_every_example_runs_or_says_why_not() -> None:
     for example in tagged:
         assert example.marker.removeprefix("tag ") in elsewhere, f"{example.where}: no test runs {example.marker!r}"
     run_here = len(ALL) - len(skipped) - len(tagged)
-    print(f"docs examples: {len(ALL)} in all, {run_here} run here, {len(tagged)} run by test_serve_users_doc.py, "
+    print(f"docs examples: {len(ALL)} in all, {run_here} run here, {len(tagged)} run by the tests that name their tag, "
           f"{len(skipped)} skipped with a reason")
     assert run_here + len(tagged) >= 20 and len(skipped) <= len(ALL) // 3
 
