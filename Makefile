@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-unit test-all install bytecode lint typecheck bench clean metaqa metaqa-bench
+.PHONY: demo test test-unit test-all install bytecode lint typecheck bench clean metaqa metaqa-bench docs docs-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,14 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests
 
+# The documentation site (mkdocs.yml, docs/): served at http://127.0.0.1:8000 with live reload; `make test` builds
+# it with --strict and runs every example in README.md and docs/ (tests/docs/test_site.py, tests/docs/test_examples.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/mkdocs serve
+
+docs-build: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/mkdocs build --strict --site-dir site
+
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
@@ -69,4 +77,4 @@ metaqa-bench: metaqa
 	$(BIN)/skb eval --bench $(METAQA)/metaqa_dev.csv --index-dir .skb/metaqa --method agent --out runs/metaqa-dev
 
 clean:
-	rm -rf .skb runs
+	rm -rf .skb runs site

@@ -190,7 +190,7 @@ class BoundedSessionManager(StreamableHTTPSessionManager):
     An evicted client gets 404 on its next request and initializes again, as the protocol says.
 
     The SDK keeps its table private; this relies on ``_server_instances``/``_session_owners`` and
-    the ``_admit_session`` hook of mcp 2.3 (pinned <3 in pyproject; tests/test_security_mcp_sessions.py
+    the ``_admit_session`` hook of mcp 2.3 (pinned <3 in pyproject; tests/agent/serving/test_mcp_sessions.py
     fails if that changes).
     """
 

@@ -64,7 +64,7 @@ def minilm_model_name(max_seq_length: int, runtime: str = "onnx") -> str:
     """The identity recorded in manifests and cache keys.
 
     fp32 ONNX and torch share it: they give the same vectors (cosine >= 0.99999 on HPO
-    names, see tests/test_embedder_onnx.py), so an index built with one is queried with
+    names, see tests/graphs/embedding/test_embedder_onnx.py), so an index built with one is queried with
     the other. Truncation and int8 quantization change the vectors, so they change the name.
     """
     name = MINILM_NAME if max_seq_length == 128 else f"{MINILM_NAME}@{max_seq_length}"

@@ -9,7 +9,7 @@ Why the graph is built here rather than exported: the model is a plain BERT enco
 (embeddings, N post-LayerNorm transformer layers). Writing that graph with the ``onnx``
 helper API from the safetensors tensors takes about a second, needs neither torch
 nor a network, and does not depend on which exporter a torch release ships. The
-equivalence test (``tests/test_embedder_onnx.py``) compares it with the
+equivalence test (``tests/graphs/embedding/test_embedder_onnx.py``) compares it with the
 sentence-transformers model on real names, so a mistake here cannot pass silently.
 
 The built model is cached in a user cache directory (``SKB_MODEL_CACHE``, else

@@ -1,6 +1,7 @@
-"""README.md stays copy-paste correct: each tagged Python block runs against the real index
-fixture (its `.skb/hpo` replaced by the fixture path) and prints what its comments promise;
-the `skb trace ...` command lines run through the trace CLI."""
+"""The documentation stays copy-paste correct: each tagged Python block of README.md and docs/ runs
+against the real index fixture (its `.skb/hpo` replaced by the fixture path) and prints what its
+comments promise; the `skb trace ...` command lines of the traces guide run through the trace CLI.
+(tests/docs/test_examples.py runs every other example.)"""
 
 from __future__ import annotations
 
@@ -16,20 +17,23 @@ from typer.testing import CliRunner
 from agent.cli.trace import trace_app
 from tests.paths import REPO
 
-DOC = REPO / "README.md"
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+TRACES_GUIDE = REPO / "docs" / "guides" / "traces.md"
 
 
 def doc_block(tag: str) -> str:
-    match = re.search(rf"<!-- doc-test: {re.escape(tag)} -->\s*```python\n(.*?)```", DOC.read_text(), re.DOTALL)
-    assert match, f"no python block tagged {tag!r} in {DOC}"
-    return match.group(1)
+    for page in PAGES:
+        match = re.search(rf"<!-- doc-test: {re.escape(tag)} -->\s*```python\n(.*?)```", page.read_text(), re.DOTALL)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"no python block tagged {tag!r} in README.md or docs/")
 
 
 def run_block(tag: str, index_dir: Path) -> str:
     code = doc_block(tag).replace(".skb/hpo", str(index_dir))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"README.md:{tag}", "exec"), {"__name__": f"users_doc_{tag}"})  # noqa: S102 -- the doc example is the test
+        exec(compile(code, f"docs:{tag}", "exec"), {"__name__": f"users_doc_{tag}"})  # noqa: S102 -- the doc example is the test
     return out.getvalue()
 
 
@@ -56,8 +60,8 @@ def test_trace_block_and_trace_commands(doc_env: Path, tmp_path: Path) -> None:
     out = run_block("trace", doc_env)
     run_id = out.split()[0]
     assert "['link_entities', 'plan', 'call_planner'" in out and out.strip().endswith("{}")
-    # the shell lines of the same section, through the trace CLI
-    lines = [ln for ln in DOC.read_text().splitlines() if ln.startswith("skb trace ")]
+    # the shell lines of the same guide ("trace-commands"), through the trace CLI
+    lines = [ln for ln in TRACES_GUIDE.read_text().splitlines() if ln.startswith("skb trace ")]
     assert [ln.split()[2] for ln in lines] == ["list", "show", "html"]
     for line in lines:
         args = line.split("#")[0].split()[2:]

@@ -135,8 +135,8 @@ def _ask(index_dir: Path, question: str) -> list[tuple[str, float]]:
 
 
 def readme_commands(prefix: str) -> list[list[str]]:
-    """The `skb ...` lines of README's "Use your Neo4j database" section, as argument lists."""
-    text = (REPO / "README.md").read_text()
+    """The `skb ...` lines of the Neo4j guide's "Use your Neo4j database" section, as argument lists."""
+    text = (REPO / "docs" / "guides" / "neo4j.md").read_text()
     section = text.split("## Use your Neo4j database", 1)[1].split("\n## ", 1)[0]
     lines = [line.split("#")[0].strip() for line in section.splitlines() if line.startswith(prefix)]
     return [shlex.split(line)[1:] for line in lines]
