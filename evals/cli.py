@@ -8,7 +8,6 @@ callback runs the evaluation itself when it gets options and no subcommand.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from agent.cli.options import parse_settings
 from evals.bench import AnswerCoverage, Bench, check_answers, load_bench
 from evals.compare import compare_runs, render_comparison
 from evals.methods import make_method, method_names, method_options
@@ -74,21 +74,6 @@ def known_keys(bundle: Any) -> Any:
 def _fail(exc: SKBError) -> typer.Exit:
     print_error(console, exc)
     return typer.Exit(code=2)
-
-
-def parse_settings(items: list[str] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; VALUE parsed as JSON when it is JSON (numbers, booleans, lists), else a string."""
-    settings: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r} is not KEY=VALUE; e.g. --set k_prime=5")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        settings[key.strip()] = value
-    return settings
 
 
 def route_settings(methods: list[str], settings: dict[str, Any]) -> dict[str, dict[str, Any]]:

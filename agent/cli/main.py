@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 from rich.console import Console
 
+from agent.cli.options import parse_settings
 from graphs.errors import SKBError
 from graphs.progress import print_error, print_table, print_text
 
@@ -194,25 +195,6 @@ def ask_command(
         print_text(err_console, ("degraded:", "yellow"), note)
     for note in result.notes:
         print_text(err_console, "note:", note)
-
-
-def parse_settings(items: list[str]) -> dict[str, object]:
-    """``--set name=value`` items as overrides; a value is JSON when it parses (3, true, null, [..]), else text."""
-    import json
-
-    from graphs.errors import ConfigError
-
-    out: dict[str, object] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(f"--set {item!r}: write name=value (section.key=value, e.g. clause.candidates=3)")
-        try:
-            value: object = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[name.strip()] = value
-    return out
 
 
 # -- commands registered by other packages ------------------------------------------------------

@@ -153,7 +153,7 @@ def test_no_options_prints_help() -> None:
 def test_parse_settings() -> None:
     assert parse_settings(["k=5", "planner=offline", "use_similarity_edges=false", "w=0.3"]) == {
         "k": 5, "planner": "offline", "use_similarity_edges": False, "w": 0.3}
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
+    with pytest.raises(ConfigError, match="name=value"):
         parse_settings(["k"])
 
 
