@@ -246,9 +246,9 @@ def test_index_built_with_torch_is_queried_with_onnx(
 
     real_get = embedder_mod.get_embedder
 
-    def torch_runtime(spec: str = "minilm", cache_dir: Path | None = None) -> object:
+    def torch_runtime(spec: str = "minilm", cache_dir: Path | None = None, base_dir: Path | None = None) -> object:
         # What `skb index` did before the ONNX runtime: the same spec ("minilm:64") on torch.
-        return real_get(f"{spec}:torch", cache_dir=cache_dir)
+        return real_get(f"{spec}:torch", cache_dir=cache_dir, base_dir=base_dir)
 
     index_dir = tmp_path / "index"
     with monkeypatch.context() as patched:
