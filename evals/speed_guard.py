@@ -21,7 +21,7 @@ one reference call, and the medians of many repetitions are compared, so load th
 touches both sides alike.
 
 ``python -m evals.speed_guard --out DIR`` runs it and writes ``speed_guard.json`` and ``speed_guard.md``
-(per-stage p50/p95, ratio, pin, verdict); ``tests/test_speed_guard.py`` runs it in ``make test``.
+(per-stage p50/p95, ratio, pin, verdict); ``tests/evals/test_speed_guard.py`` runs it in ``make test``.
 """
 
 from __future__ import annotations
