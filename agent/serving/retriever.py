@@ -145,7 +145,7 @@ class SKBRetriever(BundleOwner, BaseRetriever):
     def _prepare(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> tuple[RunnableConfig, dict[str, Any]]:
         cfg = ensure_config(config)
         configurable = cfg.get("configurable") or {}
-        known = set(CALL_FIELDS) | set(AgentConfig.model_fields)
+        known = set(CALL_FIELDS) | AGENT_SETTINGS
         merged = {key: value for key, value in configurable.items() if key in known}
         merged.update(kwargs)
         if self.trace:
@@ -227,15 +227,19 @@ def _node_text(skb: SKB, key: str) -> str:
     return text
 
 
+#: The names an agent setting may be given by: a field or its ``section.key`` (``AgentConfig.setting_names``).
+AGENT_SETTINGS = frozenset(AgentConfig.setting_names())
+
+
 def _split(kwargs: dict[str, Any], *, allow: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the retriever's own settings, AgentConfig fields); anything else is an error naming the valid names."""
     own = {key: value for key, value in kwargs.items() if key in allow}
-    agent_fields = {key: value for key, value in kwargs.items() if key not in allow and key in AgentConfig.model_fields}
+    agent_fields = {key: value for key, value in kwargs.items() if key not in allow and key in AGENT_SETTINGS}
     unknown = sorted(set(kwargs) - set(own) - set(agent_fields))
     if unknown:
         raise ConfigError(
             f"unknown SKBRetriever setting(s) {', '.join(unknown)}; use {', '.join(sorted(allow))} "
-            "or an AgentConfig field (see agent/config.py)"
+            "or an AgentConfig setting (a field or section.key; see agent/config.py)"
         )
     return own, agent_fields
 

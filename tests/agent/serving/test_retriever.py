@@ -238,7 +238,7 @@ def test_local_tracer_records_a_retriever_call_like_an_ask(
 
 
 def test_bad_settings_are_clear_errors(hpo_bundle: IndexBundle, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown SKBRetriever setting.*kk.*AgentConfig field"):
+    with pytest.raises(ConfigError, match="unknown SKBRetriever setting.*kk.*AgentConfig setting"):
         SKBRetriever(bundle=hpo_bundle, kk=3)
     retriever = SKBRetriever(bundle=hpo_bundle)
     with pytest.raises(ConfigError, match="unknown retriever mode 'graph'; use one of agent, hybrid, vss, bm25"):
@@ -253,6 +253,19 @@ def test_bad_settings_are_clear_errors(hpo_bundle: IndexBundle, tmp_path: Path) 
         SKBRetriever()
     with pytest.raises(IndexNotFoundError, match="no index at"):
         SKBRetriever(tmp_path / "missing")
+
+
+def test_settings_by_section_reach_the_agent(hpo_bundle: IndexBundle) -> None:
+    """A ``section.key`` name is an agent setting in the constructor, per call and in ``configurable`` (a typo is
+    still an error), the same as its field name."""
+    retriever = SKBRetriever(bundle=hpo_bundle, **{"rerank.top": 7})
+    assert retriever.config.rerank_top == 7
+    _, merged = retriever._prepare({"configurable": {"clause.candidates": 3, "thread_id": "t"}}, {})
+    assert merged == {"clause.candidates": 3}
+    *_, config = retriever._settings({"clause.candidates": 3})
+    assert config.clause_candidates == 3 and config.rerank_top == 7
+    with pytest.raises(ConfigError, match="unknown SKBRetriever setting.*clause.candidatez"):
+        retriever.invoke(QUESTION, **{"clause.candidatez": 3})
 
 
 def test_a_retriever_opened_from_a_directory_owns_and_closes_it(hpo_index_dir: Path) -> None:
