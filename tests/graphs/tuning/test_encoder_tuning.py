@@ -17,6 +17,8 @@ from graphs.tuning.pairs import mine_pairs
 from graphs.tuning.train import TuneConfig, batches
 from tests.encoder_tuning_support import TOOLS, tool_shop_skb
 
+pytestmark = pytest.mark.integration  # every test here loads the model (torch or ONNX)
+
 #: Small enough for a CPU test, enough to move the jargon names onto their meanings.
 SMALL = TuneConfig(steps=30, batch_size=8, learning_rate=1e-4, max_seq_length=32, seed=7)
 #: Paraphrases of the graph's explanations in words the graph does not use (never training data).
