@@ -76,10 +76,14 @@ def index_command(
     tune_encoder: Annotated[
         bool,
         typer.Option(help="fine-tune the bundled encoder on the graph's own synonyms, definitions and profile texts "
-                          "before embedding (CPU: minutes to an hour; see docs/encoder-tuning.md)"),
+                          "before embedding (GPU: minutes; CPU: about half an hour; see the encoder-tuning guide)"),
     ] = False,
-    tune_steps: Annotated[int, typer.Option(help="--tune-encoder: training steps")] = 200,
-    tune_batch: Annotated[int, typer.Option(help="--tune-encoder: pairs per step (in-batch negatives)")] = 64,
+    tune_steps: Annotated[
+        int | None, typer.Option(help="--tune-encoder: training steps [default: 7 epochs on a GPU, 200 on a CPU]")
+    ] = None,
+    tune_batch: Annotated[
+        int | None, typer.Option(help="--tune-encoder: pairs per step [default: 512 on a GPU, 64 on a CPU]")
+    ] = None,
     tune_seed: Annotated[int, typer.Option(help="--tune-encoder: random seed (same seed, same model)")] = 0,
     force: Annotated[bool, typer.Option(help="rebuild even if an index for the same inputs exists")] = False,
     trust_pickle: Annotated[
@@ -164,7 +168,7 @@ def index_command(
     print_text(console, f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
 
 
-def _tune_config(steps: int, batch: int, seed: int) -> TuneConfig:
+def _tune_config(steps: int | None, batch: int | None, seed: int) -> TuneConfig:
     from graphs.tuning.train import TuneConfig
 
     config = TuneConfig(steps=steps, batch_size=batch, seed=seed)

@@ -42,7 +42,7 @@ def tune_encoder(
     base = Path(base_dir) if base_dir is not None else _minilm_path()
     base_name = MINILM_NAME if base_dir is None else base.name
     pairs = mine_pairs(skb, kinds=config.kinds, hard_negatives=config.hard_negatives, seed=config.seed)
-    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()}
+    settings = _settings(config)
 
     def checkpoint(step: int, state: dict[str, Any]) -> None:
         assert checkpoint_dir is not None
@@ -55,16 +55,22 @@ def tune_encoder(
         base, pairs, config, progress=progress,
         on_checkpoint=checkpoint if checkpoint_dir is not None else None, checkpoint_every=checkpoint_every,
     )
+    settings = _settings(result.config)  # what ran: the device's steps, batch and learning rate
     stats = {
         "train_seconds": round(result.seconds, 1),
         "device": result.device,
         "peak_rss_mb": round(result.peak_rss_mb, 1),
+        "peak_gpu_mb": None if result.peak_gpu_mb is None else round(result.peak_gpu_mb, 1),
         "final_loss": round(sum(result.losses[-10:]) / max(1, len(result.losses[-10:])), 4),
         "first_loss": round(sum(result.losses[:10]) / max(1, len(result.losses[:10])), 4),
     }
     return write_tuned_model(
         out_dir, base, result.state_dict, pairs=pairs, settings=settings, stats=stats, base_model_name=base_name
     )
+
+
+def _settings(config: TuneConfig) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()}
 
 
 #: Where an index keeps its tuned encoder, and the spec its manifest records for it.

@@ -196,3 +196,19 @@ def test_tuning_a_model_other_than_the_bundled_one_is_refused(tmp_path: Path) ->
     config = IndexConfig(dataset="tool-shop", store="none", embedder="hash:64", tune_encoder=TuneConfig(steps=1))
     with pytest.raises(ConfigError, match="bundled MiniLM"):
         build_index(tool_shop_skb(), tmp_path / "index", config)
+
+
+def test_the_model_records_the_settings_its_device_resolved(tmp_path: Path) -> None:
+    from graphs.tuning.stage import tune_encoder
+    from graphs.tuning.train import LR_PER_PAIR
+
+    skb = tool_shop_skb()
+    n_pairs = len(mine_pairs(skb))
+    record = tune_encoder(skb, tmp_path / "model", TuneConfig(cpu_steps=2, max_seq_length=16, seed=3))
+    settings = record["settings"]
+    assert record["device"] == "cpu"  # the CI machine has no GPU; the GPU branch is covered by the recipe table
+    assert settings["steps"] == 2
+    assert settings["batch_size"] == min(64, n_pairs)
+    assert settings["learning_rate"] == pytest.approx(LR_PER_PAIR * settings["batch_size"])
+    assert record["peak_gpu_mb"] is None
+    assert json.loads((tmp_path / "model" / ENCODER_SIDECAR).read_text())["settings"] == settings
