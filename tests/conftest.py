@@ -90,9 +90,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _unit_run(config: pytest.Config) -> bool:
-    """Whether this run selects only unit tests (``-m unit``, ``-m "unit and not slow"``, ``-m "not integration"``)."""
-    expression = str(config.getoption("markexpr") or "")
-    return ("unit" in expression.split() and "not unit" not in expression) or "not integration" in expression
+    """Whether this run's ``-m`` expression can select no integration test (``-m unit``, ``-m "unit and not
+    slow"``, ``-m "not integration"``), evaluated by pytest's own expression parser rather than by words."""
+    from _pytest.mark.expression import Expression
+
+    expression = str(config.getoption("markexpr") or "").strip()
+    if not expression:
+        return False
+    compiled = Expression.compile(expression)
+    # an integration test carries ``integration`` and perhaps ``slow`` (never ``unit``: collection gives one of two)
+    for marks in ({"integration"}, {"integration", "slow"}):
+        if compiled.evaluate(lambda name, /, _marks=marks, **_: name in _marks):
+            return False
+    return True
 
 
 def pytest_configure(config: pytest.Config) -> None:
