@@ -52,6 +52,7 @@ def hpo_bundle(hpo_index_dir: Path) -> Iterator[IndexBundle]:
 
 
 # ``openai_stub``: a local OpenAI-compatible HTTP server with scripted replies (see tests/openai_stub.py).
+from tests import small_graphs
 from tests.openai_stub import openai_stub  # noqa: F401
 
 
@@ -70,7 +71,7 @@ def _token_calibration_per_test() -> Iterator[None]:
 
 #: Fixtures that build a real index (FalkorDB server, MiniLM embeddings): a test that uses one, directly or
 #: through another fixture, is an integration test without saying so.
-INTEGRATION_FIXTURES = frozenset({"hpo_index_dir", "hpo_bundle"})
+INTEGRATION_FIXTURES = frozenset({"hpo_index_dir", "hpo_bundle", "catalog"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -140,3 +141,19 @@ def pytest_configure(config: pytest.Config) -> None:
     for owner, name, what in patched:
         monkeypatch.setattr(owner, name, refuse(what))
     config.add_cleanup(monkeypatch.undo)
+
+
+# -- small graphs' indexes shared across folders (the graphs: tests/small_graphs.py) --
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+
+    index_dir = tmp_path_factory.mktemp("catalog") / "index"
+    summary = build_index(small_graphs.catalog_skb(), index_dir, IndexConfig(dataset="catalog", store="none"))
+    assert "phrases" in summary.timings_s
+    bundle = IndexBundle.open(index_dir, store="none")
+    yield bundle
+    bundle.close()

@@ -8,10 +8,13 @@ and a label/relationship name that needs backtick quoting.
 from __future__ import annotations
 
 import socket
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.store.aggregate import NeighborAggregate
+from graphs.store.base import GraphStore
 
 
 def tiny_skb() -> SKB:
@@ -90,3 +93,64 @@ def start_arcadedb(root: Path) -> tuple[Any, str]:
     )
     server.start()
     return server, f"bolt://127.0.0.1:{bolt_port}"
+
+
+# -- the neighbour aggregation, computed in Python: what every store's search_nodes query must return --
+
+Direction = Literal["out", "in", "both"]
+
+
+def expected(
+    skb: SKB, keys: list[str], rels: list[str] | None, direction: Direction, target: str | None
+) -> list[tuple[str, list[str], list[str], int]]:
+    """The aggregation in Python: (neighbour, sorted seeds, sorted rel types, edge count), server order."""
+    seeds: dict[str, set[str]] = defaultdict(set)
+    types: dict[str, set[str]] = defaultdict(set)
+    paths: dict[str, int] = defaultdict(int)
+    for edge in skb.edges:
+        if rels and edge.rel not in rels:
+            continue
+        ends = []
+        if direction in ("out", "both") and edge.src in keys:
+            ends.append((edge.src, edge.dst))
+        if direction in ("in", "both") and edge.dst in keys:
+            ends.append((edge.dst, edge.src))
+        for seed, other in ends:
+            if target is not None and skb.nodes[other].label != target:
+                continue
+            seeds[other].add(seed)
+            types[other].add(edge.rel)
+            paths[other] += 1
+    rows = [(k, sorted(seeds[k]), sorted(types[k]), paths[k]) for k in paths]
+    return sorted(rows, key=lambda r: (-r[3], r[0]))
+
+
+def run(
+    store: GraphStore,
+    label: str,
+    keys: list[str],
+    rels: list[str] | None,
+    direction: Direction,
+    target: str | None,
+    limit: int = 100,
+    weight: str | None = None,
+) -> list[NeighborAggregate]:
+    return store.aggregate_neighbors(
+        label, keys, rel_types=rels, direction=direction, target_label=target, weight_property=weight, limit=limit
+    )
+
+
+def normalised(rows: list[NeighborAggregate]) -> list[tuple[str, list[str], list[str], int]]:
+    """(key, distinct seeds, relation types, edge count); the query repeats a seed per parallel edge."""
+    return [(r.key, sorted(set(r.seeds)), sorted(r.rels), r.paths) for r in rows]
+
+
+#: (seed label, keys, rel types, direction, target label): no self-loops seen from both ends
+CASES: list[tuple[str, list[str], list[str] | None, Direction, str | None]] = [
+    ("Disease", ["OMIM:1"], None, "out", None),  # a parallel edge: SCN1A reached by 2 edges
+    ("Disease", ["OMIM:1", "OMIM:2"], ["HAS_PHENOTYPE"], "out", "Phenotype"),
+    ("Disease", ["OMIM:1", "OMIM:2"], ["ASSOCIATED_WITH", "HAS_PHENOTYPE"], "out", None),
+    ("Disease", ["OMIM:1"], None, "in", None),  # a label and relation type that need quoting
+    ("Phenotype", ["HP:1", "HP:2"], ["HAS_PHENOTYPE"], "in", "Disease"),
+    ("Gene", ["SCN1A", "CACNA1A"], None, "both", None),
+]

@@ -18,8 +18,8 @@ import pytest
 from agent import AgentConfig, ask
 from graphs.bundle import IndexBundle
 from graphs.tokens import calibration, count_tokens, reset_calibration
-from tests.agent.stages.test_constraints import recipe_skb
 from tests.openai_stub import Stub, completion
+from tests.small_graphs import recipe_skb
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from agent.linking.settings import ClauseSettings
 from agent.planning.ranking import feature_groups, rank_targets
 from agent.scoring.stored import model_for
 from graphs.index.phrases import definition_sentences, phrase_entries, phrase_index_for
-from graphs.skb.model import SKB, Edge, Node, NodeType
-from graphs.skb.profile import LinkingSpec, PlannerSpec, Profile, ScoringSpec
-from tests.agent.planning.test_offline_planner import tiny_skb
+from graphs.skb.model import Edge, Node
+from graphs.skb.profile import PlannerSpec, Profile, ScoringSpec
 from tests.paths import DATA
+from tests.small_graphs import PRODUCTS, catalog_skb, tiny_skb
 
 CASES = json.loads((DATA / "clause_cases.json").read_text(encoding="utf-8"))
 LN2, LN4, LN43 = math.log(2), math.log(4), math.log(4 / 3)
@@ -117,63 +117,6 @@ def test_definition_sentences_keep_the_first_sentences() -> None:
 
 
 # -- clause linking on a hand-made catalog ---------------------------------------------------------
-
-CATEGORIES = {
-    "C_ROOT": ("home goods", [], ""),
-    "C_APPL": ("appliance", ["household device"], "A machine used in the home to perform a domestic task."),
-    "C_KETTLE": (
-        "electric kettle",
-        ["kettle"],
-        "A household appliance that boils water using an electric heating element. It switches off when the water boils.",
-    ),
-    "C_TOASTER": ("toaster", [], "A small appliance that browns slices of bread by exposing them to radiant heat."),
-    "C_BLENDER": ("blender", ["liquidiser"], "A kitchen appliance with rotating blades used to mix or puree food."),
-    "C_VACUUM": ("vacuum cleaner", ["hoover"], "A device that removes dust and dirt from floors and carpets by suction."),
-    "C_LAMP": ("desk lamp", [], "A light fixture placed on a table to illuminate a work surface."),
-    "C_FAN": ("ceiling fan", [], "A fan mounted on the ceiling of a room whose rotating paddles circulate air."),
-    "C_STEAM": ("steam cleaning machine", [], "A device that cleans surfaces with hot vapour."),
-    "C_STEAM_PRO": ("professional steamer", [], "Steam cleaning machine built for commercial use."),
-}
-PARENT = {"C_APPL": "C_ROOT", "C_LAMP": "C_ROOT", "C_FAN": "C_APPL", "C_KETTLE": "C_APPL", "C_TOASTER": "C_APPL",
-          "C_BLENDER": "C_APPL", "C_VACUUM": "C_APPL", "C_STEAM": "C_APPL", "C_STEAM_PRO": "C_STEAM"}
-PRODUCTS = {"P_BREAKFAST": ["C_KETTLE", "C_TOASTER"], "P_KITCHEN": ["C_BLENDER", "C_KETTLE"],
-            "P_CLEAN": ["C_VACUUM", "C_FAN"], "P_OFFICE": ["C_LAMP", "C_FAN"]}
-
-
-def catalog_skb() -> SKB:
-    skb = SKB("catalog")
-    skb.profile = Profile(linking=LinkingSpec(vocabulary_labels=["Category"], definition_fields=["gloss"]))
-    skb.node_types["Category"] = NodeType(label="Category", synonym_field="aka", text_fields=["name", "aka", "gloss"])
-    skb.node_types["Product"] = NodeType(label="Product", text_fields=["name"])
-    for key, (name, aka, gloss) in CATEGORIES.items():
-        props: dict[str, Any] = {"name": name}
-        if aka:
-            props["aka"] = aka
-        if gloss:
-            props["gloss"] = gloss
-        skb.add_node(Node(key, "Category", props))
-    for key in PRODUCTS:
-        skb.add_node(Node(key, "Product", {"name": key.lower().replace("_", " ")}))
-    for child, parent in PARENT.items():
-        skb.add_edge(Edge(child, "SUBCLASS_OF", parent))
-    for product, cats in PRODUCTS.items():
-        for cat in cats:
-            skb.add_edge(Edge(product, "IN_CATEGORY", cat))
-    return skb
-
-
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from graphs.build import IndexConfig, build_index
-    from graphs.bundle import IndexBundle
-
-    index_dir = tmp_path_factory.mktemp("catalog") / "index"
-    summary = build_index(catalog_skb(), index_dir, IndexConfig(dataset="catalog", store="none"))
-    assert "phrases" in summary.timings_s
-    bundle = IndexBundle.open(index_dir, store="none")
-    yield bundle
-    bundle.close()
-
 
 @pytest.mark.integration
 def test_phrase_artifact_is_listed_in_the_manifest_and_covers_names_synonyms_definitions(catalog: Any) -> None:

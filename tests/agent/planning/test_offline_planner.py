@@ -17,43 +17,10 @@ from agent.planning.targets import predict_target_type, relation_paths
 from agent.scoring.ontology import Annotation, build_model, find_annotation
 from agent.scoring.stored import find_hierarchy, model_for
 from graphs.errors import PlannerError
-from graphs.skb.model import SKB, Edge, Node
+from graphs.skb.model import SKB
 from graphs.skb.profile import Profile, ScoringSpec
+from tests.small_graphs import tiny_skb
 from tools.results import parse_result
-
-# -- a tiny ontology, deliberately not HPO-named: Term/SUBCLASS_OF/ANNOTATED ------------------
-#
-#   R
-#   |-- A --- A1, A2
-#   '-- B --- B1
-# Items: I1 {A1}, I2 {A2}, I3 {B1}, I4 {A1, B1 (freq 0.2)}
-# Propagated counts over 4 items: R 4, A 3, B 2, A1 2, A2 1, B1 2
-# IC = -ln(count / 4): R 0, A ln(4/3), B ln 2, A1 ln 2, A2 ln 4, B1 ln 2
-
-
-def tiny_skb(reverse_hierarchy: bool = False) -> SKB:
-    skb = SKB("tiny")
-    # the edge-weight property is domain knowledge: it comes from the profile, not from code
-    skb.profile = Profile(scoring=ScoringSpec(edge_weight_property="freq"))
-    for key in ["R", "A", "B", "A1", "A2", "B1"]:
-        skb.add_node(Node(key, "Term", {"name": f"term {key}"}))
-    for key in ["I1", "I2", "I3", "I4"]:
-        skb.add_node(Node(key, "Item", {"name": f"item {key}"}))
-    for child, parent in [("A", "R"), ("B", "R"), ("A1", "A"), ("A2", "A"), ("B1", "B")]:
-        if reverse_hierarchy:
-            skb.add_edge(Edge(parent, "HAS_CHILD", child))
-        else:
-            skb.add_edge(Edge(child, "SUBCLASS_OF", parent))
-    for item, term, props in [
-        ("I1", "A1", {}),
-        ("I2", "A2", {}),
-        ("I3", "B1", {}),
-        ("I4", "A1", {}),
-        ("I4", "B1", {"freq": 0.2}),
-    ]:
-        skb.add_edge(Edge(item, "ANNOTATED", term, props))
-    return skb
-
 
 IC = {"R": 0.0, "A": math.log(4 / 3), "B": math.log(2), "A1": math.log(2), "A2": math.log(4), "B1": math.log(2)}
 

@@ -25,7 +25,7 @@ from agent.scoring.ontology import match_value
 from agent.scoring.stored import model_for, stored_model
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.skb.profile import LinkingSpec, Profile, ScoringSpec
-from tests.agent.planning.test_offline_planner import tiny_skb
+from tests.small_graphs import tiny_skb
 
 LN2, LN4, LN43 = math.log(2), math.log(4), math.log(4 / 3)
 

@@ -291,7 +291,7 @@ def test_example_chain_runs_offline(hpo_index_dir: Path, capsys: pytest.CaptureF
 
 
 def test_readme_block_runs(hpo_index_dir: Path) -> None:
-    from tests.agent.serving.test_readme_examples import run_block
+    from tests.doc_blocks import run_block
 
     out = run_block("retriever", hpo_index_dir).splitlines()
     assert out == ["FBN1 seed Gene: FBN1", "3", "2"]

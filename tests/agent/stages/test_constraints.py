@@ -26,47 +26,12 @@ from agent.stages.constraints import (
     run_constraints,
     validate_spec,
 )
-from graphs.skb.model import SKB, Edge, Node, NodeType
+from tests.small_graphs import recipe_skb
 
 if TYPE_CHECKING:
     from graphs.bundle import IndexBundle
 
 _ids = itertools.count()
-
-RECIPES = {
-    # key: (name, ingredients, cuisine, minutes)
-    "R1": ("Lemon Pasta", ["Lemon", "Garlic", "Pasta"], "Italian", 20),
-    "R2": ("Garlic Bread", ["Garlic", "Bread"], "Italian", 15),
-    "R3": ("Lemon Chicken", ["Lemon", "Garlic", "Chicken"], "Greek", 45),
-    "R4": ("Chicken Soup", ["Chicken", "Carrot"], "Greek", 60),
-    "R5": ("Carrot Cake", ["Carrot", "Flour"], "American", 70),
-    "R6": ("Garlic Prawns", ["Garlic", "Prawn"], "Spanish", 25),
-}
-
-
-def recipe_skb() -> SKB:
-    skb = SKB(
-        "recipes",
-        node_types=[
-            NodeType(label="Recipe", description="A dish", text_fields=["name", "minutes"]),
-            NodeType(label="Ingredient", description="Something a recipe uses"),
-            NodeType(label="Cuisine", description="A cooking tradition"),
-        ],
-    )
-    ingredients = sorted({i for _, ings, _, _ in RECIPES.values() for i in ings})
-    cuisines = sorted({c for _, _, c, _ in RECIPES.values()})
-    for name in ingredients:
-        skb.add_node(Node(f"I:{name}", "Ingredient", {"name": name}))
-    for name in cuisines:
-        skb.add_node(Node(f"C:{name}", "Cuisine", {"name": name}))
-    for key, (name, ings, cuisine, minutes) in RECIPES.items():
-        skb.add_node(Node(key, "Recipe", {"name": name, "minutes": minutes}))
-        for ing in ings:
-            skb.add_edge(Edge(key, "USES", f"I:{ing}"))
-        skb.add_edge(Edge(key, "FROM_CUISINE", f"C:{cuisine}"))
-    skb.validate()
-    return skb
-
 
 @pytest.fixture(scope="module")
 def recipes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:

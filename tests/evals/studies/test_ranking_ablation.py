@@ -1,5 +1,5 @@
 """evals.studies.ranking_ablation: twins pair by case and target type; a sweep links each question once and ranks the
-twins beside the questions (real linker and scoring on the catalog graph of test_clause_linking)."""
+twins beside the questions (real linker and scoring on the catalog graph of tests/small_graphs.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
 from evals.studies.ranking_ablation import LinkCache, evaluate, twin_rows
-from tests.agent.linking.test_clauses import catalog  # noqa: F401  (the fixture)
 
 
 def _row(query: str, case: str, style: str, target: str = "product", answer: str = "P_BREAKFAST") -> dict[str, str]:
@@ -31,7 +30,7 @@ def test_twins_pair_by_case_and_target_type_and_keep_the_rows_order() -> None:
 
 @pytest.mark.integration
 def test_a_sweep_links_once_and_reports_the_twins_beside_the_questions(
-    catalog: Any, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows = [_row("Which product is for something that boils water and something that browns bread slices?",
                  "c1", "paraphrased")]

@@ -17,7 +17,7 @@ from evals.studies.ranking_ceiling import (
     cross_validate,
     fold_of,
 )
-from tests.agent.planning.test_offline_planner import tiny_skb
+from tests.small_graphs import tiny_skb
 
 LN2, LN4, LN43 = math.log(2), math.log(4), math.log(4 / 3)
 

@@ -202,7 +202,7 @@ def test_labels_fall_back_to_match_when_db_labels_is_missing(
 
 def test_search_nodes_aggregation_query_runs_over_bolt(store: Neo4jStore) -> None:
     """The same aggregation text search_nodes sends to FalkorDB, over Bolt: same rows, same order."""
-    from tests.graphs.store.test_search_aggregation import CASES, expected, normalised, run
+    from tests.store_fixtures import CASES, expected, normalised, run
 
     for label, keys, rels, direction, target in CASES:
         rows = run(store, label, keys, rels, direction, target)
@@ -215,7 +215,7 @@ def test_search_nodes_aggregation_query_runs_over_bolt(store: Neo4jStore) -> Non
 
 def test_a_membership_check_runs_over_bolt(store: Neo4jStore) -> None:
     """``among`` (search_nodes' membership check) over Bolt: only the listed neighbours, as in Python."""
-    from tests.graphs.store.test_search_aggregation import expected, normalised
+    from tests.store_fixtures import expected, normalised
 
     rows = store.aggregate_neighbors(
         "Phenotype", ["HP:1", "HP:2"], rel_types=["HAS_PHENOTYPE"], direction="in", target_label="Disease",
