@@ -143,8 +143,10 @@ class AnnotationModel:
         the most annotated targets, whose rows hold up to a few hundred terms each where a query reaches tens)."""
         by_size = sparse.csc_matrix(self.propagated[self._size_order])
         by_size.sort_indices()
-        columns = np.repeat(np.arange(by_size.shape[1], dtype=np.int64), np.diff(by_size.indptr))
-        return by_size, columns * by_size.shape[0] + by_size.indices
+        rows, cols = by_size.shape
+        kind = np.int32 if rows * cols < np.iinfo(np.int32).max else np.int64  # half the memory where it fits
+        columns = np.repeat(np.arange(cols, dtype=kind), np.diff(by_size.indptr))
+        return by_size, columns * kind(rows) + by_size.indices.astype(kind)
 
     @cached_property
     def _size_rank(self) -> np.ndarray:
@@ -258,8 +260,8 @@ class AnnotationModel:
             # a run of the size order: the reached terms' columns, cut to the run by binary search
             by_size, positions = self._by_size
             first = reached * by_size.shape[0] + ranks[0]
-            lo = np.searchsorted(positions, first)
-            lengths = np.searchsorted(positions, first + len(ranks)) - lo
+            lo = np.searchsorted(positions, first.astype(positions.dtype))
+            lengths = np.searchsorted(positions, (first + len(ranks)).astype(positions.dtype)) - lo
             flat = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
             by_owner = np.argsort(by_size.indices[flat], kind="stable")
             flat = flat[by_owner]
