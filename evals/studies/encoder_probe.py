@@ -7,7 +7,7 @@ embedded and compared with the names of every node of the profile's vocabulary l
 Cases whose clause and name counts differ are skipped (a name with a comma would misalign them).
 Evaluation only: nothing here feeds training (the tuner reads only the graph).
 
-    python -m evals.encoder_probe --dataset hpo --paraphrased P.csv --names N.csv \\
+    python -m evals.studies.encoder_probe --dataset hpo --paraphrased P.csv --names N.csv \\
         --embedder minilm:64:int8 --embedder tuned:/path/to/model:64 --out probe.json
 """
 
