@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from graphs.skb.model import SKB
 
-__all__ = ["PAIR_KINDS", "Pair", "mine_pairs"]
+__all__ = ["PAIR_KINDS", "Pair", "mine_pairs", "restates"]
 
 #: The kinds of pairs, in the order they are listed; ``mine_pairs(kinds=...)`` selects among them.
 PAIR_KINDS = ("synonym", "definition", "relation", "label")
@@ -137,9 +137,10 @@ def _profile_pairs(skb: SKB, kinds: set[str]) -> list[Pair]:
             if spec.inverse:
                 texts.append((spec.inverse.replace("{x}", word(spec.head_label)), "inverse"))
             seen = {name}
+            ends = (word(spec.head_label), word(spec.tail_label), _humanise(spec.head_label), _humanise(spec.tail_label))
             for text, fld in texts:
                 text = " ".join(text.split())
-                if len(text) >= MIN_CHARS and text.lower() not in seen:
+                if len(text) >= MIN_CHARS and text.lower() not in seen and not restates(text, name, ends):
                     seen.add(text.lower())
                     out.append(Pair(text, name, "relation", entry, ((entry, fld), (entry, "name"))))
     if "label" in kinds:
@@ -152,10 +153,28 @@ def _profile_pairs(skb: SKB, kinds: set[str]) -> list[Pair]:
             seen = {name}
             for text, fld in texts:
                 text = " ".join(text.split())
-                if len(text) >= MIN_CHARS and text.lower() not in seen:
+                if len(text) >= MIN_CHARS and text.lower() not in seen and not restates(text, name, ()):
                     seen.add(text.lower())
                     out.append(Pair(text, name, "label", entry, ((entry, fld), (entry, "name"))))
     return out
+
+
+def restates(text: str, name: str, ends: Iterable[str]) -> bool:
+    """Whether ``text`` says nothing that ``name`` does not: each of its content words is, by its root, a word
+    of the name or of the labels at the relation's ends (what a template's ``{x}`` becomes).
+
+    Why: a profile written from the names alone ("directed" and "the genre of genre" for ``has_genre``, or
+    the templates read from bare relation names) gives pairs that only tell the encoder a name is near its
+    own words; tuned on nothing else, it moved unrelated names together (MetaQA with Wikidata-style relation
+    names and no profile: Hit@1 0.89 / 0.84 / 0.65 by hop fell to 0.77 / 0.73 / 0.59). A word the name lacks
+    ("filmmaker", "sells") is what a pair can teach."""
+    from graphs.skb.language import content_words, root, singular, words_of
+
+    def forms(word: str) -> set[str]:  # a noun that is also a verb keeps its own root (*numbers*): add the singular
+        return {word, root(word), singular(word)}
+
+    known = set().union(*(forms(w) for w in content_words(words_of(" ".join([name, *ends])))))
+    return all(forms(w) & known for w in content_words(words_of(text)))
 
 
 class _Negatives:
@@ -220,8 +239,8 @@ def mine_pairs(
     if not pairs:
         raise ConfigError(
             "the graph provides no training pairs for the encoder: no node type declares a synonym field, the "
-            "profile names no definition fields, relation descriptions, aliases or label words -- add them to the "
-            "profile, or index without encoder tuning"
+            "profile names no definition fields, and no relation description, alias or label word says more than "
+            "the names themselves -- add them to the profile, or index without encoder tuning"
         )
     if not hard_negatives:
         return pairs
