@@ -271,6 +271,10 @@ class CypherStore(GraphStore):
                 progress(0, total)
             for label in sorted(node_rows):
                 self._create_key_index(label)
+            if self._load_native(node_rows, edge_rows, progress, total):
+                self._after_load()
+                self._invalidate()
+                return
             # statements in the same order as one query each (the store numbers nodes and edges in creation
             # order), chained by ``_load_group`` per query: a graph with thousands of labels or relation
             # names paid a round trip (and a plan) per tiny statement, minutes at 5,000 relation names
@@ -313,6 +317,18 @@ class CypherStore(GraphStore):
                     progress(done, total)
             self._after_load()
             self._invalidate()
+
+    def _load_native(
+        self,
+        node_rows: dict[str, list[dict[str, Any]]],
+        edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+        progress: ProgressFn | None,
+        total: int,
+    ) -> bool:
+        """Load the rows (after the key indexes, on an empty graph) by the backend's own bulk path, in
+        the order the Cypher statements would create them; False where it has none or cannot carry
+        this graph (then nothing was written, and the Cypher statements load it)."""
+        return False
 
     def _write_chained(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int | None:
         """Run load statements (each reading ``$rows``) as one query; the relationships they created."""

@@ -25,7 +25,9 @@ from graphs.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from graphs.store.base import CypherStore
+from graphs.store.base import CypherStore, ProgressFn
+from graphs.store.falkordb_bulk import BulkUnsupported, edge_tokens, node_tokens
+from graphs.store.falkordb_bulk import commands as bulk_commands
 from graphs.store.falkordb_server import HOST, QUERY_MEM_CAPACITY, RESULTSET_SIZE, FalkorDBServer
 from graphs.store.props import quote_name
 
@@ -294,6 +296,70 @@ class FalkorDBStore(CypherStore):
 
     def _create_key_index(self, label: str) -> None:
         self._write(f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)")
+
+    def _load_native(
+        self,
+        node_rows: dict[str, list[dict[str, Any]]],
+        edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+        progress: ProgressFn | None,
+        total: int,
+    ) -> bool:
+        """GRAPH.BULK (``graphs.store.falkordb_bulk``): a few commands instead of a parsed statement per label
+        and per relation pattern. False, with nothing written, where the format cannot carry the graph or the
+        server refuses the command (a served index's server); then the Cypher statements load it."""
+        try:
+            nodes, ids = node_tokens(node_rows)
+            edges = edge_tokens(edge_rows, ids)
+        except BulkUnsupported:
+            return False
+        conn = self._conn()
+        done = 0
+        for args, rows in bulk_commands(nodes, edges):
+            try:
+                conn.execute_command("GRAPH.BULK", self.graph_name, *args)
+            except redis.ResponseError as exc:
+                if done == 0 and "permission" in str(exc).lower():
+                    return False
+                raise StoreError(
+                    f"FalkorDB refused the bulk load of graph {self.graph_name!r} ({exc}); "
+                    f"rebuild with `skb index --force`; server log: {self.server.log_path}"
+                ) from exc
+            except (redis.ConnectionError, ConnectionError, redis.TimeoutError) as exc:
+                raise self._unavailable(exc) from exc
+            done += rows
+            if progress:
+                progress(done, total)
+        self._check_bulk(ids, node_rows, sum(len(r) for r in edge_rows.values()))
+        return True
+
+    def _check_bulk(self, ids: dict[str, int], node_rows: dict[str, list[dict[str, Any]]], edge_count: int) -> None:
+        """The loaded graph has every node and edge, node ids in the order the edges were written against,
+        and its key indexes answer: what the edges' endpoints depend on."""
+        found = self._read("MATCH (n) RETURN count(n), max(id(n))")
+        edges = self._read("MATCH ()-[e]->() RETURN count(e)")
+        problems = []
+        if not found or [int(found[0][0]), found[0][1]] != [len(ids), len(ids) - 1]:
+            problems.append(f"nodes and ids {found[0] if found else None}, expected {len(ids)} numbered from 0")
+        if not edges or int(edges[0][0]) != edge_count:
+            problems.append(f"{edges[0][0] if edges else None} edges, expected {edge_count}")
+        first, last = min(node_rows), max(node_rows)
+        for label, row in ((first, node_rows[first][0]), (last, node_rows[last][-1])):
+            key = row["props"]["key"]
+            got = self._read(f"MATCH (n:{quote_name(label)} {{key: $k}}) RETURN id(n)", {"k": key})
+            if [r[0] for r in got] != [ids[key]]:
+                problems.append(f"key {key[:40]!r} found at ids {[r[0] for r in got]}, expected {ids[key]}")
+        if problems:
+            raise StoreError(
+                f"the bulk load of graph {self.graph_name!r} does not match its input: {'; '.join(problems)}; "
+                f"this FalkorDB ({self.server.log_path}) numbers entities differently: report it, and rebuild "
+                "with `skb index --force`"
+            )
+
+    def _conn(self) -> redis.Redis:
+        """The plain connection of the graph client (after making sure the server is up)."""
+        self._graph()
+        assert self._db is not None
+        return self._db.connection
 
     def _after_load(self) -> None:
         try:

@@ -1,0 +1,178 @@
+"""FalkorDB's binary bulk-insert format (``GRAPH.BULK``): a graph's nodes and edges without Cypher.
+
+Why: a Cypher load needs one statement per label and one per (relation, source label, target label)
+pattern, because labels and relation types cannot be parameters, and FalkorDB parses and plans every
+statement (about 0.3 ms each, more as the schema grows). A graph with 5,000 relation names had 30,000
+patterns: most of its build went to parsing. The bulk format names each label or relation type once
+per run of rows and points edges at node ids, so the load costs one command per few megabytes.
+
+The server trusts these bytes (it does not check bounds), so the encoder is the one place that
+writes them, and it refuses (``BulkUnsupported``) whatever the format cannot carry exactly: a name
+with ``:`` (the format's label separator) or NUL, an integer outside 64 bits, a key two nodes share.
+The caller then loads with Cypher, as before.
+
+Format (FalkorDB ``src/bulk_insert/bulk_insert.c``): a token is a header -- the label or relation
+type, NUL-terminated; a 4-byte property count; the property names, NUL-terminated -- followed by one
+record per entity: for an edge, the source and target node ids (8 bytes each); then one value per
+header property: a type byte and its payload (NULL: none, BOOL: 1 byte, DOUBLE and LONG: 8 bytes,
+STRING: NUL-terminated UTF-8, ARRAY: an 8-byte length and its values). A NULL value is skipped, so
+a node gets exactly the properties its row has, in header order. Node ids are assigned in creation
+order on a graph that has none yet.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+_NULL, _BOOL, _DOUBLE, _STRING, _LONG, _ARRAY = (b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+_U32 = struct.Struct("<I")
+_IDS = struct.Struct("<QQ")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+TOKEN_BYTES = 8 * 1024**2
+"""A token (one label's or relation type's run of rows) is cut at about this size."""
+
+COMMAND_BYTES = 64 * 1024**2
+"""One GRAPH.BULK command carries about this much (the server reads a command whole)."""
+
+
+class BulkUnsupported(ValueError):
+    """The graph holds something the bulk format cannot carry exactly: load it with Cypher."""
+
+
+def _name(name: str) -> bytes:
+    if ":" in name or "\x00" in name:
+        raise BulkUnsupported(f"name {name[:40]!r} holds ':' or NUL")
+    return name.encode("utf-8") + b"\x00"
+
+
+def _value(out: bytearray, value: Any) -> None:
+    kind = type(value)
+    if kind is str:
+        if "\x00" in value:
+            raise BulkUnsupported("a text value holds NUL")
+        out += _STRING
+        out += value.encode("utf-8")
+        out += b"\x00"
+    elif kind is bool:
+        out += _BOOL
+        out += b"\x01" if value else b"\x00"
+    elif kind is int:
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise BulkUnsupported(f"integer {value} is outside 64 bits")
+        out += _LONG
+        out += _I64.pack(value)
+    elif kind is float:
+        out += _DOUBLE
+        out += _F64.pack(value)
+    elif kind is list:
+        out += _ARRAY
+        out += _I64.pack(len(value))
+        for item in value:
+            _value(out, item)
+    else:
+        raise BulkUnsupported(f"value of type {kind.__name__}")
+
+
+def _header(name: str, props: Sequence[str]) -> bytearray:
+    out = bytearray(_name(name))
+    out += _U32.pack(len(props))
+    for prop in props:
+        out += _name(prop)
+    return out
+
+
+def _runs(rows: Sequence[dict[str, Any]], field: str) -> Iterator[tuple[tuple[str, ...], Sequence[dict[str, Any]]]]:
+    """Consecutive rows whose property maps (``row[field]``) have the same keys in the same order."""
+    start = 0
+    while start < len(rows):
+        keys = tuple(rows[start][field])
+        end = start + 1
+        while end < len(rows) and tuple(rows[end][field]) == keys:
+            end += 1
+        yield keys, rows[start:end]
+        start = end
+
+
+def node_tokens(node_rows: dict[str, list[dict[str, Any]]]) -> tuple[list[tuple[bytes, int]], dict[str, int]]:
+    """(token, rows) in the order a Cypher load creates the nodes (labels sorted, rows as given), and
+    each key's node id (its position in that order)."""
+    tokens: list[tuple[bytes, int]] = []
+    ids: dict[str, int] = {}
+    for label in sorted(node_rows):
+        for keys, run in _runs(node_rows[label], "props"):
+            out, count = _header(label, keys), 0
+            for row in run:
+                props = row["props"]
+                key = props["key"]
+                if key in ids:
+                    raise BulkUnsupported(f"two nodes are stored under the key {key[:40]!r}")
+                ids[key] = len(ids)
+                for value in props.values():
+                    _value(out, value)
+                count += 1
+                if len(out) >= TOKEN_BYTES:
+                    tokens.append((bytes(out), count))
+                    out, count = _header(label, keys), 0
+            if count:
+                tokens.append((bytes(out), count))
+    return tokens, ids
+
+
+def edge_tokens(
+    edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids: dict[str, int]
+) -> list[tuple[bytes, int]]:
+    """(token, rows) in the order a Cypher load creates the edges ((relation, source label, target
+    label) patterns sorted, rows as given), endpoints as node ids."""
+    tokens: list[tuple[bytes, int]] = []
+    pack = _IDS.pack
+    for rel, src_label, dst_label in sorted(edge_rows):
+        for keys, run in _runs(edge_rows[(rel, src_label, dst_label)], "p"):
+            out, count = _header(rel, keys), 0
+            for row in run:
+                src, dst = ids.get(row["s"]), ids.get(row["d"])
+                if src is None or dst is None:
+                    raise BulkUnsupported(f"an edge of {rel[:40]!r} points at a key no node has")
+                out += pack(src, dst)
+                for value in row["p"].values():
+                    _value(out, value)
+                count += 1
+                if len(out) >= TOKEN_BYTES:
+                    tokens.append((bytes(out), count))
+                    out, count = _header(rel, keys), 0
+            if count:
+                tokens.append((bytes(out), count))
+    return tokens
+
+
+def commands(
+    nodes: Sequence[tuple[bytes, int]], edges: Sequence[tuple[bytes, int]]
+) -> Iterator[tuple[list[Any], int]]:
+    """GRAPH.BULK arguments after the graph name (node count, edge count, token counts, tokens),
+    about COMMAND_BYTES each, nodes first; with the rows each creates."""
+    batch_nodes: list[tuple[bytes, int]] = []
+    batch_edges: list[tuple[bytes, int]] = []
+    size = 0
+
+    def flush() -> tuple[list[Any], int]:
+        node_count = sum(n for _, n in batch_nodes)
+        edge_count = sum(n for _, n in batch_edges)
+        args: list[Any] = [node_count, edge_count, len(batch_nodes), len(batch_edges)]
+        args += [t for t, _ in batch_nodes] + [t for t, _ in batch_edges]
+        return args, node_count + edge_count
+
+    for kind, tokens in ((batch_nodes, nodes), (batch_edges, edges)):
+        for token in tokens:
+            if size and size + len(token[0]) > COMMAND_BYTES:
+                yield flush()
+                batch_nodes.clear()
+                batch_edges.clear()
+                size = 0
+            kind.append(token)
+            size += len(token[0])
+    if batch_nodes or batch_edges:
+        yield flush()
