@@ -317,9 +317,11 @@ class FalkorDBStore(CypherStore):
         for args, rows in bulk_commands(nodes, edges):
             try:
                 conn.execute_command("GRAPH.BULK", self.graph_name, *args)
-            except redis.ResponseError as exc:
-                if done == 0 and "permission" in str(exc).lower():
+            except redis.exceptions.NoPermissionError:
+                if done == 0:  # a served index's server (LOAD_COMMANDS): nothing written yet
                     return False
+                raise
+            except redis.ResponseError as exc:
                 raise StoreError(
                     f"FalkorDB refused the bulk load of graph {self.graph_name!r} ({exc}); "
                     f"rebuild with `skb index --force`; server log: {self.server.log_path}"
