@@ -154,7 +154,7 @@ def test_what_the_bulk_format_cannot_carry_loads_with_cypher(tmp_path: Path, odd
     skb = tiny_skb()
     odd(skb)
     with pytest.raises(falkordb_bulk.BulkUnsupported):
-        nodes, ids = falkordb_bulk.node_tokens(_rows(skb)[0])
+        _, ids = falkordb_bulk.node_tokens(_rows(skb)[0])
         falkordb_bulk.edge_tokens(_rows(skb)[1], ids)
     stored, (bulk_calls, _) = _load(tmp_path, skb, "falkordb")
     assert bulk_calls == 0
