@@ -192,7 +192,8 @@ class CypherStore(GraphStore):
     - `_read(cypher, params)`: rows of a trusted internal read (no guard), on the read-only path;
     - `_write(cypher, params)`: run a load statement, return the relationships it created
       (None where the server does not say);
-    - `_clear()`, `_create_key_index(label)`, optionally `_after_load()`: the load's edges;
+    - `_clear()`, `_create_key_index(label)`, optionally `_create_key_indexes(labels)` (several in one
+      round trip), `_load_native(...)` (a bulk path) and `_after_load()`: the load's edges;
     - `_plain(value)`: driver values as JSON-friendly Python;
     - `_run_query(...)`: run model-written Cypher that passed the guard (`query()` checks it), on
       the backend's read-only path, within its timeout; `max_timeout_ms`, the longest it allows;
@@ -244,6 +245,11 @@ class CypherStore(GraphStore):
     def _create_key_index(self, label: str) -> None:
         """Index `label.key`, the property every lookup is anchored on."""
 
+    def _create_key_indexes(self, labels: Sequence[str]) -> None:
+        """Index `key` on every label, in order (a backend may send them in fewer round trips)."""
+        for label in labels:
+            self._create_key_index(label)
+
     def _after_load(self) -> None:
         """Make the loaded graph durable where the backend needs a step for it."""
 
@@ -269,8 +275,7 @@ class CypherStore(GraphStore):
             self._clear()
             if progress:
                 progress(0, total)
-            for label in sorted(node_rows):
-                self._create_key_index(label)
+            self._create_key_indexes(sorted(node_rows))
             if self._load_native(node_rows, edge_rows, progress, total):
                 self._after_load()
                 self._invalidate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,9 @@ READ_FIRST_WAIT_S = 5.0
 """How long an internal read (key lookups, neighbours, counts) waits before the server is PINGed:
 a frozen server is then named within seconds, not after the 10-minute ceiling of a long read. A
 server that answers the PING only had a slow read, which is retried without the short wait."""
+
+INDEX_PIPELINE = 1000
+"""Key-index statements sent per round trip during a load."""
 
 _QUICK_POOL = -1  # key of the internal-read pool in _tool_dbs (socket timeout READ_FIRST_WAIT_S)
 
@@ -296,6 +300,26 @@ class FalkorDBStore(CypherStore):
 
     def _create_key_index(self, label: str) -> None:
         self._write(f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)")
+
+    def _create_key_indexes(self, labels: Sequence[str]) -> None:
+        """Pipelined, INDEX_PIPELINE per round trip: a graph with thousands of labels waited a round
+        trip per index. The first refusal is raised as ``_write`` would raise it."""
+        conn = self._conn()
+        for start in range(0, len(labels), INDEX_PIPELINE):
+            pipe = conn.pipeline(transaction=False)
+            for label in labels[start : start + INDEX_PIPELINE]:
+                cypher = f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)"
+                pipe.execute_command("GRAPH.QUERY", self.graph_name, cypher, "--compact")
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except (redis.ConnectionError, ConnectionError, redis.TimeoutError) as exc:
+                raise self._unavailable(exc) from exc
+            for label, reply in zip(labels[start : start + INDEX_PIPELINE], replies, strict=True):
+                if isinstance(reply, redis.ResponseError):
+                    raise self._map_response_error(reply, f"CREATE INDEX FOR (n:{quote_name(label)}) ON (n.key)",
+                                                   self.server.timeout_max_ms)  # fmt: skip
+                if isinstance(reply, Exception):
+                    raise self._unavailable(reply)
 
     def _load_native(
         self,

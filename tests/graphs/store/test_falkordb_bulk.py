@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from graphs.errors import CypherValidationError
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.store import falkordb_bulk
 from graphs.store.falkordb_store import FalkorDBStore
@@ -113,10 +114,22 @@ def test_a_graph_with_hundreds_of_relation_names_loads_every_edge_typed_in_a_few
         one = skb.edges[5]
         found = store.neighbors([one.src], rel_types=[one.rel], direction="out")
         assert (one.src, one.rel, one.dst) in {(t.src, t.rel, t.dst) for t in found}
+        indexed = {r[0] for r in store._read("CALL db.indexes() YIELD label, properties RETURN label, properties")
+                   if r[1] == ["key"]}  # fmt: skip
+        assert indexed == {n.label for n in skb.nodes.values()}
         bulk, queries = _bulk_commands(store)
     assert bulk == 1
     # one index per label and a few checks, not a statement per relation pattern (about 1,100 here)
     assert queries < 12 + 20
+
+
+def test_a_refused_key_index_is_reported_with_its_label(tmp_path: Path) -> None:
+    with FalkorDBStore(tmp_path / "falkordb") as store:
+        store._create_key_indexes(["First Kind"])
+        with pytest.raises(CypherValidationError, match="Second Kind"):
+            store._create_key_indexes(["Second Kind", "Second Kind"])  # the second is refused: already indexed
+        indexed = sorted(r[0] for r in store._read("CALL db.indexes() YIELD label RETURN label"))
+        assert indexed == ["First Kind", "Second Kind"]
 
 
 @pytest.mark.parametrize("make", [tiny_skb, lambda: many_relations_skb(40)], ids=["shapes", "many-relations"])
