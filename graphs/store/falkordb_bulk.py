@@ -23,7 +23,7 @@ order on a graph that has none yet.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 _NULL, _BOOL, _DOUBLE, _STRING, _LONG, _ARRAY = (b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05")
@@ -44,9 +44,16 @@ class BulkUnsupported(ValueError):
     """The graph holds something the bulk format cannot carry exactly: load it with Cypher."""
 
 
-def _name(name: str) -> bytes:
+def _label(name: str) -> bytes:
+    """A label or relation type: ``:`` would split it into several labels."""
     if ":" in name or "\x00" in name:
         raise BulkUnsupported(f"name {name[:40]!r} holds ':' or NUL")
+    return name.encode("utf-8") + b"\x00"
+
+
+def _prop(name: str) -> bytes:
+    if "\x00" in name:
+        raise BulkUnsupported(f"property name {name[:40]!r} holds NUL")
     return name.encode("utf-8") + b"\x00"
 
 
@@ -79,10 +86,10 @@ def _value(out: bytearray, value: Any) -> None:
 
 
 def _header(name: str, props: Sequence[str]) -> bytearray:
-    out = bytearray(_name(name))
+    out = bytearray(_label(name))
     out += _U32.pack(len(props))
     for prop in props:
-        out += _name(prop)
+        out += _prop(prop)
     return out
 
 
@@ -98,11 +105,13 @@ def _runs(rows: Sequence[dict[str, Any]], field: str) -> Iterator[tuple[tuple[st
         start = end
 
 
-def node_tokens(node_rows: dict[str, list[dict[str, Any]]]) -> tuple[list[tuple[bytes, int]], dict[str, int]]:
-    """(token, rows) in the order a Cypher load creates the nodes (labels sorted, rows as given), and
-    each key's node id (its position in that order)."""
-    tokens: list[tuple[bytes, int]] = []
-    ids: dict[str, int] = {}
+Token = tuple[bool, bytes, int]
+"""(is an edge token, its bytes, the rows it creates)."""
+
+
+def node_tokens(node_rows: dict[str, list[dict[str, Any]]], ids: dict[str, int]) -> Iterator[Token]:
+    """Tokens in the order a Cypher load creates the nodes (labels sorted, rows as given); fills ``ids``
+    with each key's node id (its position in that order) as it goes."""
     for label in sorted(node_rows):
         for keys, run in _runs(node_rows[label], "props"):
             out, count = _header(label, keys), 0
@@ -116,19 +125,15 @@ def node_tokens(node_rows: dict[str, list[dict[str, Any]]]) -> tuple[list[tuple[
                     _value(out, value)
                 count += 1
                 if len(out) >= TOKEN_BYTES:
-                    tokens.append((bytes(out), count))
+                    yield False, bytes(out), count
                     out, count = _header(label, keys), 0
             if count:
-                tokens.append((bytes(out), count))
-    return tokens, ids
+                yield False, bytes(out), count
 
 
-def edge_tokens(
-    edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids: dict[str, int]
-) -> list[tuple[bytes, int]]:
-    """(token, rows) in the order a Cypher load creates the edges ((relation, source label, target
-    label) patterns sorted, rows as given), endpoints as node ids."""
-    tokens: list[tuple[bytes, int]] = []
+def edge_tokens(edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids: dict[str, int]) -> Iterator[Token]:
+    """Tokens in the order a Cypher load creates the edges ((relation, source label, target label)
+    patterns sorted, rows as given), endpoints as the node ids in ``ids`` (complete by the first edge)."""
     pack = _IDS.pack
     for rel, src_label, dst_label in sorted(edge_rows):
         for keys, run in _runs(edge_rows[(rel, src_label, dst_label)], "p"):
@@ -142,37 +147,31 @@ def edge_tokens(
                     _value(out, value)
                 count += 1
                 if len(out) >= TOKEN_BYTES:
-                    tokens.append((bytes(out), count))
+                    yield True, bytes(out), count
                     out, count = _header(rel, keys), 0
             if count:
-                tokens.append((bytes(out), count))
-    return tokens
+                yield True, bytes(out), count
 
 
-def commands(
-    nodes: Sequence[tuple[bytes, int]], edges: Sequence[tuple[bytes, int]]
-) -> Iterator[tuple[list[Any], int]]:
-    """GRAPH.BULK arguments after the graph name (node count, edge count, token counts, tokens),
-    about COMMAND_BYTES each, nodes first; with the rows each creates."""
-    batch_nodes: list[tuple[bytes, int]] = []
-    batch_edges: list[tuple[bytes, int]] = []
+def commands(tokens: Iterable[Token]) -> Iterator[tuple[list[Any], int]]:
+    """GRAPH.BULK arguments after the graph name (node count, edge count, token counts, tokens) of about
+    COMMAND_BYTES each, with the rows each creates; ``tokens``: all node tokens, then the edge tokens."""
+    nodes: list[tuple[bytes, int]] = []
+    edges: list[tuple[bytes, int]] = []
     size = 0
 
-    def flush() -> tuple[list[Any], int]:
-        node_count = sum(n for _, n in batch_nodes)
-        edge_count = sum(n for _, n in batch_edges)
-        args: list[Any] = [node_count, edge_count, len(batch_nodes), len(batch_edges)]
-        args += [t for t, _ in batch_nodes] + [t for t, _ in batch_edges]
+    def command() -> tuple[list[Any], int]:
+        node_count = sum(n for _, n in nodes)
+        edge_count = sum(n for _, n in edges)
+        args: list[Any] = [node_count, edge_count, len(nodes), len(edges)]
+        args += [t for t, _ in nodes] + [t for t, _ in edges]
         return args, node_count + edge_count
 
-    for kind, tokens in ((batch_nodes, nodes), (batch_edges, edges)):
-        for token in tokens:
-            if size and size + len(token[0]) > COMMAND_BYTES:
-                yield flush()
-                batch_nodes.clear()
-                batch_edges.clear()
-                size = 0
-            kind.append(token)
-            size += len(token[0])
-    if batch_nodes or batch_edges:
-        yield flush()
+    for is_edge, token, rows in tokens:
+        if size and size + len(token) > COMMAND_BYTES:
+            yield command()
+            nodes, edges, size = [], [], 0
+        (edges if is_edge else nodes).append((token, rows))
+        size += len(token)
+    if nodes or edges:
+        yield command()

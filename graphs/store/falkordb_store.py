@@ -10,6 +10,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -329,32 +330,37 @@ class FalkorDBStore(CypherStore):
         total: int,
     ) -> bool:
         """GRAPH.BULK (``graphs.store.falkordb_bulk``): a few commands instead of a parsed statement per label
-        and per relation pattern. False, with nothing written, where the format cannot carry the graph or the
-        server refuses the command (a served index's server); then the Cypher statements load it."""
-        try:
-            nodes, ids = node_tokens(node_rows)
-            edges = edge_tokens(edge_rows, ids)
-        except BulkUnsupported:
+        and per relation pattern. False where the format cannot carry the graph or the server refuses the
+        command (a served index's server): the graph is then back to its key indexes alone, and the Cypher
+        statements load it. The bytes are encoded while they are sent, about COMMAND_BYTES at a time."""
+        if not node_rows:
             return False
+        ids: dict[str, int] = {}
         conn = self._conn()
         done = 0
-        for args, rows in bulk_commands(nodes, edges):
-            try:
-                conn.execute_command("GRAPH.BULK", self.graph_name, *args)
-            except redis.exceptions.NoPermissionError:
-                if done == 0:  # a served index's server (LOAD_COMMANDS): nothing written yet
-                    return False
-                raise
-            except redis.ResponseError as exc:
-                raise StoreError(
-                    f"FalkorDB refused the bulk load of graph {self.graph_name!r} ({exc}); "
-                    f"rebuild with `skb index --force`; server log: {self.server.log_path}"
-                ) from exc
-            except (redis.ConnectionError, ConnectionError, redis.TimeoutError) as exc:
-                raise self._unavailable(exc) from exc
-            done += rows
-            if progress:
-                progress(done, total)
+        try:
+            for args, rows in bulk_commands(chain(node_tokens(node_rows, ids), edge_tokens(edge_rows, ids))):
+                try:
+                    conn.execute_command("GRAPH.BULK", self.graph_name, *args)
+                except redis.ResponseError as exc:
+                    if not done and isinstance(exc, redis.exceptions.NoPermissionError):
+                        return False  # LOAD_COMMANDS are not ours here; nothing was written
+                    raise StoreError(
+                        f"FalkorDB refused the bulk load of graph {self.graph_name!r} ({exc}); "
+                        f"rebuild with `skb index --force`; server log: {self.server.log_path}"
+                    ) from exc
+                except (redis.ConnectionError, ConnectionError, redis.TimeoutError) as exc:
+                    raise self._unavailable(exc) from exc
+                done += rows
+                if progress:
+                    progress(done, total)
+        except BulkUnsupported:
+            if done:  # part of the graph went in bulk: start again from the indexes
+                self._clear()
+                self._create_key_indexes(sorted(node_rows))
+                if progress:
+                    progress(0, total)
+            return False
         self._check_bulk(ids, node_rows, sum(len(r) for r in edge_rows.values()))
         return True
 

@@ -20,6 +20,7 @@ from graphs.errors import CypherValidationError
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.store import falkordb_bulk
 from graphs.store.falkordb_store import FalkorDBStore
+from graphs.store.props import edge_rows_by_pattern, node_rows_by_label
 from tests.store_fixtures import tiny_skb
 
 pytestmark = pytest.mark.integration
@@ -144,7 +145,9 @@ def test_the_bulk_load_stores_exactly_what_the_cypher_load_stores(
     skb.add_node(Node("v:2", "Value Kinds", {"x": 2, "name": "second", "flag": False, "n": 2**63 - 1}))
     skb.add_node(Node("v:3", "Value Kinds", {"name": "third", "x": 3.5}))
     skb.add_edge(Edge("v:1", "HAS", "v:2", {"at": 1.5, "why": ["x"], "ok": True}))
-    skb.add_edge(Edge("v:3", "HAS", "v:2", {"ok": False, "at": 2}))
+    skb.add_edge(Edge("v:3", "HAS", "v:2", {"ok": False, "at": 2, "ns:part": "a name with a colon"}))
+    skb.add_node(Node("ü:1", "Ärzte Verzeichnis", {"name": "ärztin", "名前": "名"}))
+    skb.add_edge(Edge("ü:1", "связь с", "v:1"))
     bulk, (bulk_calls, _) = _load(tmp_path, skb, "bulk")
     assert bulk_calls == 1
     monkeypatch.setattr(FalkorDBStore, "_load_native", lambda self, *args: False)
@@ -167,8 +170,7 @@ def test_what_the_bulk_format_cannot_carry_loads_with_cypher(tmp_path: Path, odd
     skb = tiny_skb()
     odd(skb)
     with pytest.raises(falkordb_bulk.BulkUnsupported):
-        _, ids = falkordb_bulk.node_tokens(_rows(skb)[0])
-        falkordb_bulk.edge_tokens(_rows(skb)[1], ids)
+        _tokens(skb)
     stored, (bulk_calls, _) = _load(tmp_path, skb, "falkordb")
     assert bulk_calls == 0
     assert len(stored["nodes"]) == len(skb.nodes) and len(stored["edges"]) == len(skb.edges)
@@ -176,24 +178,37 @@ def test_what_the_bulk_format_cannot_carry_loads_with_cypher(tmp_path: Path, odd
     assert sorted(r[0] for r in stored["labels"]) == sorted({n.label for n in skb.nodes.values()})
 
 
-def _rows(skb: SKB) -> tuple[Any, Any]:
-    from graphs.store.props import edge_rows_by_pattern, node_rows_by_label
-
-    return node_rows_by_label(skb), edge_rows_by_pattern(skb)
+def _tokens(skb: SKB) -> list[falkordb_bulk.Token]:
+    ids: dict[str, int] = {}
+    nodes = list(falkordb_bulk.node_tokens(node_rows_by_label(skb), ids))
+    return nodes + list(falkordb_bulk.edge_tokens(edge_rows_by_pattern(skb), ids))
 
 
 def test_large_graphs_are_sent_in_several_bounded_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(falkordb_bulk, "TOKEN_BYTES", 2_000)
     monkeypatch.setattr(falkordb_bulk, "COMMAND_BYTES", 6_000)
     skb = many_relations_skb(60)
-    nodes, ids = falkordb_bulk.node_tokens(_rows(skb)[0])
-    edges = falkordb_bulk.edge_tokens(_rows(skb)[1], ids)
-    assert max(len(t) for t, _ in nodes + edges) < 2_000 + 200  # cut after the row that crossed the size
+    assert max(len(token) for _, token, _ in _tokens(skb)) < 2_000 + 200  # cut after the row that crossed it
     split, (calls, _) = _load(tmp_path, skb, "split")
     assert calls >= 5
+    # a value the format cannot carry, met after several commands went out: the load starts again in Cypher
+    odd = many_relations_skb(60)
+    odd.add_edge(Edge("thing-1", "links to 59", "thing-2", {"n": 2**64}))
+    restarted, (odd_calls, _) = _load(tmp_path, odd, "restarted")
+    assert odd_calls >= 5
     monkeypatch.setattr(FalkorDBStore, "_load_native", lambda self, *args: False)
     reference, _ = _load(tmp_path, skb, "cypher")
     assert split == reference
+    odd_reference, _ = _load(tmp_path, odd, "odd-cypher")
+    assert restarted == odd_reference
+    assert len(restarted["edges"]) == len(odd.edges)
+
+
+def test_an_empty_graph_loads(tmp_path: Path) -> None:
+    with FalkorDBStore(tmp_path / "falkordb") as store:
+        store.load(SKB("empty", node_types=[]))
+        assert store.count_nodes() == 0
+        assert _bulk_commands(store)[0] == 0
 
 
 def test_a_served_index_server_refuses_the_bulk_command_and_still_loads_with_cypher(tmp_path: Path) -> None:
