@@ -225,3 +225,29 @@ def test_a_served_index_server_refuses_the_bulk_command_and_still_loads_with_cyp
         assert _bulk_commands(store)[0] == 0
         assert store.count_nodes() == len(skb.nodes)
         assert len(store._read("MATCH ()-[e]->() RETURN e")) == len(skb.edges)
+
+
+class _ServerWithANodeAlready(FalkorDBStore):
+    """A server whose graph has a node before the bulk load (ids would not start at 0): stands in for a
+    FalkorDB that numbers bulk-loaded entities otherwise than in creation order."""
+
+    seeded = False
+
+    def _create_key_indexes(self, labels: Any) -> None:
+        super()._create_key_indexes(labels)
+        if not self.seeded:
+            self.seeded = True
+            self._write("CREATE (:`Stray Kind` {key: 'stray'})")
+
+
+def test_a_bulk_load_that_comes_out_other_than_written_is_redone_with_cypher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    skb = many_relations_skb(30)
+    with _ServerWithANodeAlready(tmp_path / "odd") as store:
+        store.load(skb)
+        assert _bulk_commands(store)[0] == 1  # tried, found wrong, and replaced
+        redone = contents(store)
+    monkeypatch.setattr(FalkorDBStore, "_load_native", lambda self, *args: False)
+    reference, _ = _load(tmp_path, skb, "cypher")
+    assert redone == reference
