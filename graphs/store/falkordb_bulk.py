@@ -7,9 +7,10 @@ patterns: most of its build went to parsing. The bulk format names each label or
 per run of rows and points edges at node ids, so the load costs one command per few megabytes.
 
 The server trusts these bytes (it does not check bounds), so the encoder is the one place that
-writes them, and it refuses (``BulkUnsupported``) whatever the format cannot carry exactly: a name
-with ``:`` (the format's label separator) or NUL, an integer outside 64 bits, a key two nodes share.
-The caller then loads with Cypher, as before.
+writes them, and it refuses (``BulkUnsupported``) whatever the format cannot carry exactly: a label or
+relation type with ``:`` (the format's label separator), a NUL, text that is not UTF-8 (a lone
+surrogate), an integer outside 64 bits, a key two nodes share. The caller then loads with Cypher, as
+before, and checks what a bulk load stored (counts, ids, key indexes) before trusting it.
 
 Format (FalkorDB ``src/bulk_insert/bulk_insert.c``): a token is a header -- the label or relation
 type, NUL-terminated; a 4-byte property count; the property names, NUL-terminated -- followed by one
@@ -17,7 +18,7 @@ record per entity: for an edge, the source and target node ids (8 bytes each); t
 header property: a type byte and its payload (NULL: none, BOOL: 1 byte, DOUBLE and LONG: 8 bytes,
 STRING: NUL-terminated UTF-8, ARRAY: an 8-byte length and its values). A NULL value is skipped, so
 a node gets exactly the properties its row has, in header order. Node ids are assigned in creation
-order on a graph that has none yet.
+order on a graph that has none yet. Numbers are in the machine's byte order (the server is local).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 _NULL, _BOOL, _DOUBLE, _STRING, _LONG, _ARRAY = (b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05")
-_I64 = struct.Struct("<q")
-_F64 = struct.Struct("<d")
-_U32 = struct.Struct("<I")
-_IDS = struct.Struct("<QQ")
+_I64 = struct.Struct("=q")
+_F64 = struct.Struct("=d")
+_U32 = struct.Struct("=I")
+_IDS = struct.Struct("=QQ")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 TOKEN_BYTES = 8 * 1024**2
@@ -44,27 +45,28 @@ class BulkUnsupported(ValueError):
     """The graph holds something the bulk format cannot carry exactly: load it with Cypher."""
 
 
+def _text(text: str) -> bytes:
+    """NUL-terminated UTF-8."""
+    if "\x00" in text:
+        raise BulkUnsupported(f"text {text[:40]!r} holds NUL")
+    try:
+        return text.encode("utf-8") + b"\x00"
+    except UnicodeEncodeError as exc:
+        raise BulkUnsupported(f"text {text[:40]!r} is not UTF-8 ({exc.reason})") from exc
+
+
 def _label(name: str) -> bytes:
     """A label or relation type: ``:`` would split it into several labels."""
-    if ":" in name or "\x00" in name:
-        raise BulkUnsupported(f"name {name[:40]!r} holds ':' or NUL")
-    return name.encode("utf-8") + b"\x00"
-
-
-def _prop(name: str) -> bytes:
-    if "\x00" in name:
-        raise BulkUnsupported(f"property name {name[:40]!r} holds NUL")
-    return name.encode("utf-8") + b"\x00"
+    if ":" in name:
+        raise BulkUnsupported(f"name {name[:40]!r} holds ':'")
+    return _text(name)
 
 
 def _value(out: bytearray, value: Any) -> None:
     kind = type(value)
     if kind is str:
-        if "\x00" in value:
-            raise BulkUnsupported("a text value holds NUL")
         out += _STRING
-        out += value.encode("utf-8")
-        out += b"\x00"
+        out += _text(value)
     elif kind is bool:
         out += _BOOL
         out += b"\x01" if value else b"\x00"
@@ -89,7 +91,7 @@ def _header(name: str, props: Sequence[str]) -> bytearray:
     out = bytearray(_label(name))
     out += _U32.pack(len(props))
     for prop in props:
-        out += _prop(prop)
+        out += _text(prop)
     return out
 
 

@@ -178,6 +178,17 @@ def test_what_the_bulk_format_cannot_carry_loads_with_cypher(tmp_path: Path, odd
     assert sorted(r[0] for r in stored["labels"]) == sorted({n.label for n in skb.nodes.values()})
 
 
+def test_text_that_is_not_utf8_is_refused_as_the_cypher_load_refuses_it(tmp_path: Path) -> None:
+    skb = tiny_skb()
+    skb.add_node(Node("lone", "Disease", {"name": "half a pair \ud800"}))
+    with pytest.raises(falkordb_bulk.BulkUnsupported, match="not UTF-8"):
+        _tokens(skb)
+    with FalkorDBStore(tmp_path / "falkordb") as store:
+        with pytest.raises(CypherValidationError, match="surrogates not allowed"):
+            store.load(skb)
+        assert _bulk_commands(store)[0] == 0
+
+
 def _tokens(skb: SKB) -> list[falkordb_bulk.Token]:
     ids: dict[str, int] = {}
     nodes = list(falkordb_bulk.node_tokens(node_rows_by_label(skb), ids))
