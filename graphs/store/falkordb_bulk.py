@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby
 from typing import Any
 
 _NULL, _BOOL, _DOUBLE, _STRING, _LONG, _ARRAY = (b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05")
@@ -95,16 +96,43 @@ def _header(name: str, props: Sequence[str]) -> bytearray:
     return out
 
 
+def _is_subsequence(keys: Sequence[str], header: Sequence[str]) -> bool:
+    it = iter(header)
+    return all(k in it for k in keys)
+
+
 def _runs(rows: Sequence[dict[str, Any]], field: str) -> Iterator[tuple[tuple[str, ...], Sequence[dict[str, Any]]]]:
-    """Consecutive rows whose property maps (``row[field]``) have the same keys in the same order."""
+    """Consecutive rows that can share one header: each row's property keys (``row[field]``) in the header's
+    order with gaps (a missing property is written NULL, which the server skips, so the entity keeps its own
+    keys in its own order), and the header in the order the keys first appear (so the server registers
+    property names in the order a Cypher load would). A row extends the header only by keys after all of it.
+    Why: the server sets up every token anew; optional properties cut a label's rows into many tokens."""
     start = 0
     while start < len(rows):
-        keys = tuple(rows[start][field])
+        header = tuple(rows[start][field])
         end = start + 1
-        while end < len(rows) and tuple(rows[end][field]) == keys:
+        while end < len(rows):
+            keys = tuple(rows[end][field])
+            if keys[: len(header)] == header:
+                header = keys
+            elif not _is_subsequence(keys, header):
+                break
             end += 1
-        yield keys, rows[start:end]
+        yield header, rows[start:end]
         start = end
+
+
+def _values(out: bytearray, header: Sequence[str], props: dict[str, Any]) -> None:
+    """One value per header property, NULL for the ones this row does not have."""
+    if len(props) == len(header):
+        for value in props.values():
+            _value(out, value)
+        return
+    for name in header:
+        if name in props:
+            _value(out, props[name])
+        else:
+            out += _NULL
 
 
 Token = tuple[bool, bytes, int]
@@ -123,8 +151,7 @@ def node_tokens(node_rows: dict[str, list[dict[str, Any]]], ids: dict[str, int])
                 if key in ids:
                     raise BulkUnsupported(f"two nodes are stored under the key {key[:40]!r}")
                 ids[key] = len(ids)
-                for value in props.values():
-                    _value(out, value)
+                _values(out, keys, props)
                 count += 1
                 if len(out) >= TOKEN_BYTES:
                     yield False, bytes(out), count
@@ -135,18 +162,21 @@ def node_tokens(node_rows: dict[str, list[dict[str, Any]]], ids: dict[str, int])
 
 def edge_tokens(edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids: dict[str, int]) -> Iterator[Token]:
     """Tokens in the order a Cypher load creates the edges ((relation, source label, target label)
-    patterns sorted, rows as given), endpoints as the node ids in ``ids`` (complete by the first edge)."""
+    patterns sorted, rows as given), endpoints as the node ids in ``ids`` (complete by the first edge).
+    A token does not name the labels, so the patterns of one relation share tokens: one per run of
+    property keys, not one per pattern (the server sets up each token's relation anew)."""
     pack = _IDS.pack
-    for rel, src_label, dst_label in sorted(edge_rows):
-        for keys, run in _runs(edge_rows[(rel, src_label, dst_label)], "p"):
+    patterns = sorted(edge_rows)
+    for rel, same in groupby(patterns, key=lambda pattern: pattern[0]):
+        rows = [row for pattern in same for row in edge_rows[pattern]]
+        for keys, run in _runs(rows, "p"):
             out, count = _header(rel, keys), 0
             for row in run:
                 src, dst = ids.get(row["s"]), ids.get(row["d"])
                 if src is None or dst is None:
                     raise BulkUnsupported(f"an edge of {rel[:40]!r} points at a key no node has")
                 out += pack(src, dst)
-                for value in row["p"].values():
-                    _value(out, value)
+                _values(out, keys, row["p"])
                 count += 1
                 if len(out) >= TOKEN_BYTES:
                     yield True, bytes(out), count
