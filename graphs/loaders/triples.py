@@ -127,11 +127,12 @@ def load_triples(path: Path, profile: Profile | Path | None = None) -> SKB:
     ]
     skb = SKB(prof.name, types)
     skb.profile = prof
+    rank = prof.precedences(labels_used)  # once per label, not once per name
     was_enabled = gc.isenabled()
     gc.disable()  # hundreds of thousands of small objects, none cyclic
     try:
         for name, labs in roles.items():
-            ordered = sorted(labs, key=lambda lab: (prof.precedence(lab), lab))
+            ordered = sorted(labs, key=lambda lab: (rank[lab], lab))
             props: dict[str, object] = {"name": name}
             if len(ordered) > 1:
                 props["roles"] = ordered

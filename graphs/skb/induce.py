@@ -122,14 +122,21 @@ def induce_types(triples: Sequence[tuple[str, str, str]]) -> tuple[dict[str, tup
     heading_roles = {r for r, members in clusters.items() if any(side == "head" for _, side in members)}
     named: dict[tuple[str, str], str] = {}
     taken: set[str] = set()
+    # per base name, the first suffix not yet known to be taken: names are only ever added to ``taken``,
+    # so the search resumes there (thousands of roles sharing one base name made it quadratic)
+    suffix: dict[str, int] = {}
     # bigger types choose their names first
     for root_role, members in sorted(clusters.items(), key=lambda kv: -len(members_values[kv[0]])):
         by_size = sorted(members, key=lambda m: (-len(values[m]), m))
         names = [n for n in (_role_name(rel, side) for rel, side in by_size) if n]
         name = next((n for n in names if n not in taken), None) or ("Entity" if root_role in heading_roles else "Value")
-        base, k = name, 2
-        while name in taken:
-            name, k = f"{base}{k}", k + 1
+        base = name
+        if name in taken:
+            k = suffix.get(base, 2)
+            while f"{base}{k}" in taken:
+                k += 1
+            name = f"{base}{k}"
+            suffix[base] = k + 1
         taken.add(name)
         named[root_role] = name
     sigs = {rel: (named[uf.find((rel, "head"))], named[uf.find((rel, "tail"))]) for rel, _ in roles}

@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -242,12 +243,19 @@ class Profile(_Strict):
 
     def precedence(self, label: str) -> int:
         """Rank of a label when one name plays several roles (lower wins)."""
+        return self.precedences([label])[label]
+
+    def precedences(self, labels: Iterable[str]) -> dict[str, int]:
+        """``precedence`` of each label, the lists read once (a graph with thousands of labels made one
+        lookup per label quadratic)."""
         order = self.label_precedence or []
-        if label in order:
-            return order.index(label)
-        if label in self.literal_labels:
-            return len(order) + 1 + self.literal_labels.index(label)
-        return len(order)
+        first: dict[str, int] = {}
+        for i, lab in enumerate(order):
+            first.setdefault(lab, i)
+        literal: dict[str, int] = {}
+        for i, lab in enumerate(self.literal_labels):
+            literal.setdefault(lab, len(order) + 1 + i)
+        return {lab: first.get(lab, literal.get(lab, len(order))) for lab in labels}
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -192,7 +192,8 @@ class CypherStore(GraphStore):
     - `_read(cypher, params)`: rows of a trusted internal read (no guard), on the read-only path;
     - `_write(cypher, params)`: run a load statement, return the relationships it created
       (None where the server does not say);
-    - `_clear()`, `_create_key_index(label)`, optionally `_after_load()`: the load's edges;
+    - `_clear()`, `_create_key_index(label)`, optionally `_create_key_indexes(labels)` (several in one
+      round trip), `_load_native(...)` (a bulk path) and `_after_load()`: the load's edges;
     - `_plain(value)`: driver values as JSON-friendly Python;
     - `_run_query(...)`: run model-written Cypher that passed the guard (`query()` checks it), on
       the backend's read-only path, within its timeout; `max_timeout_ms`, the longest it allows;
@@ -244,6 +245,11 @@ class CypherStore(GraphStore):
     def _create_key_index(self, label: str) -> None:
         """Index `label.key`, the property every lookup is anchored on."""
 
+    def _create_key_indexes(self, labels: Sequence[str]) -> None:
+        """Index `key` on every label, in order (a backend may send them in fewer round trips)."""
+        for label in labels:
+            self._create_key_index(label)
+
     def _after_load(self) -> None:
         """Make the loaded graph durable where the backend needs a step for it."""
 
@@ -269,8 +275,11 @@ class CypherStore(GraphStore):
             self._clear()
             if progress:
                 progress(0, total)
-            for label in sorted(node_rows):
-                self._create_key_index(label)
+            self._create_key_indexes(sorted(node_rows))
+            if self._load_native(node_rows, edge_rows, progress, total):
+                self._after_load()
+                self._invalidate()
+                return
             # statements in the same order as one query each (the store numbers nodes and edges in creation
             # order), chained by ``_load_group`` per query: a graph with thousands of labels or relation
             # names paid a round trip (and a plan) per tiny statement, minutes at 5,000 relation names
@@ -313,6 +322,18 @@ class CypherStore(GraphStore):
                     progress(done, total)
             self._after_load()
             self._invalidate()
+
+    def _load_native(
+        self,
+        node_rows: dict[str, list[dict[str, Any]]],
+        edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+        progress: ProgressFn | None,
+        total: int,
+    ) -> bool:
+        """Load the rows (after the key indexes, on an empty graph) by the backend's own bulk path, in
+        the order the Cypher statements would create them; False where it has none or cannot carry
+        this graph (then nothing was written, and the Cypher statements load it)."""
+        return False
 
     def _write_chained(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int | None:
         """Run load statements (each reading ``$rows``) as one query; the relationships they created."""

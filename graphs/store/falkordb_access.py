@@ -21,13 +21,17 @@ ACL_FILE = "falkordb.acl"  # users and their rights (password as SHA-256 only), 
 USERNAME = "skb"
 
 # The only commands our user may run (allow-list; the `default` user may run none).
-# GRAPH.UDF (loads code), GRAPH.BULK/RESTORE/COPY/EFFECT/DEBUG and all admin
+# GRAPH.UDF (loads code), GRAPH.RESTORE/COPY/EFFECT/DEBUG and all admin
 # commands except the three below stay refused.
 ALLOWED_COMMANDS = (
     "ping", "info", "config|get", "save", "shutdown",
     "graph.query", "graph.ro_query", "graph.delete", "graph.list", "graph.explain",
     "graph.profile", "graph.info", "graph.memory", "graph.slowlog", "graph.constraint",
 )  # fmt: skip
+
+LOAD_COMMANDS = ("graph.bulk",)
+"""Allowed only on a server that builds (``persist=True``): the binary bulk load
+(``graphs.store.falkordb_bulk``), whose bytes the server trusts. A served index's server refuses it."""
 
 
 def _no_retry() -> Retry:
@@ -36,10 +40,11 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def acl_text(password: str) -> str:
-    """The ACL file for a server whose one user `USERNAME` authenticates with `password`."""
+def acl_text(password: str, *, load: bool = False) -> str:
+    """The ACL file for a server whose one user `USERNAME` authenticates with `password`
+    (``load``: the user may also run LOAD_COMMANDS)."""
     digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    allowed = " ".join(f"+{c}" for c in ALLOWED_COMMANDS)
+    allowed = " ".join(f"+{c}" for c in ALLOWED_COMMANDS + (LOAD_COMMANDS if load else ()))
     return (
         "user default off resetpass resetkeys resetchannels -@all\n"
         f"user {USERNAME} on #{digest} ~* resetchannels -@all +@connection -@dangerous {allowed}\n"

@@ -457,7 +457,7 @@ class FalkorDBServer:
         """
         password = secrets.token_urlsafe(32)
         try:
-            atomic_write_bytes(self.data_dir / ACL_FILE, acl_text(password).encode("utf-8"))
+            atomic_write_bytes(self.data_dir / ACL_FILE, acl_text(password, load=self.persist).encode("utf-8"))
             atomic_write_bytes(self.data_dir / SECRET_FILE, password.encode("utf-8"))
         except OSError as exc:
             raise StoreUnavailableError(
