@@ -93,11 +93,8 @@ def skb_aggregate(
     node_keys = skb.node_keys()
     ids = uniq.tolist()
     paths = counts.tolist()
-    # most edges first, then key (code points: the store's string order); only the rows returned are built.
-    # Keys are distinct, so sorting by key and then, stably, by edge count gives that order.
-    names = [node_keys[i] for i in ids]
-    by_name = np.array(sorted(range(len(ids)), key=names.__getitem__), dtype=np.int64)
-    order = by_name[np.argsort(-counts[by_name], kind="stable")[:limit]].tolist()
+    # most edges first, then key (code points: the store's string order); only the rows returned are built
+    order = np.lexsort((skb.key_ranks()[uniq], -counts))[:limit].tolist()
     one_rel = [rel_names[rel_ids[0]]] if rel_ids is not None and len(rel_ids) == 1 else None
     one_seed = len(seeds) == 1
     by_row: list[np.ndarray] | None = None
