@@ -4,8 +4,8 @@ parameter values a server would not see as sent.
 
 from __future__ import annotations
 
-import ast
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -149,38 +149,112 @@ def _constant(cypher: str, arg: Sequence[Token], params: Mapping[str, Any] | Non
     text = cypher[arg[0].pos : end]
     if not set(text) <= _CONST_CHARS:
         return None
-    try:
-        tree = ast.parse(text.replace("^", "**"), mode="eval")
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-    return _fold(tree.body)
+    return _Arithmetic(text).value()
 
 
-def _fold(node: ast.AST) -> float | None:
-    """Evaluate a tree of numbers and + - * / ** without ever computing a huge power."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-        return float(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        inner = _fold(node.operand)
-        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
-    if isinstance(node, ast.BinOp):
-        left, right = _fold(node.left), _fold(node.right)
-        if left is None or right is None:
+_NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+#: Deeper than any expression the guard lets through (its nesting bound), shallow enough for the stack.
+_MAX_DEPTH = 100
+
+
+class _Arithmetic:
+    """The value of numbers with + - * / ^ and brackets, read as Python reads them (``^`` as ``**``: it binds
+    tighter than a sign on its left and groups to the right), or None when the text is not such an expression.
+
+    Why not ``ast.parse``: CPython 3.11 keeps the AST conversion's recursion depth in interpreter-wide state,
+    and readers check queries on several threads at once; a parse beside another thread's AST work failed
+    with ``SystemError: AST constructor recursion depth mismatch``. A power never computes a huge number."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[str] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos] in " \t\r\n":
+                pos += 1
+                continue
+            number = _NUMBER.match(text, pos)
+            if number:
+                self.tokens.append(number.group())
+                pos = number.end()
+            elif text.startswith("**", pos) or text.startswith("//", pos):
+                self.tokens.append(text[pos : pos + 2])
+                pos += 2
+            else:
+                self.tokens.append("**" if text[pos] == "^" else text[pos])
+                pos += 1
+        self.at = 0
+
+    def value(self) -> float | None:
+        try:
+            result = self._sum(0)
+        except _NotArithmetic:
+            return None
+        return result if self.at == len(self.tokens) else None
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def _take(self) -> str:
+        token = self._peek()
+        if token is None:
+            raise _NotArithmetic
+        self.at += 1
+        return token
+
+    def _sum(self, depth: int) -> float | None:
+        left = self._product(depth)
+        while self._peek() in ("+", "-"):
+            op, right = self._take(), self._product(depth)
+            left = None if left is None or right is None else (left + right if op == "+" else left - right)
+        return left
+
+    def _product(self, depth: int) -> float | None:
+        left = self._factor(depth)
+        while self._peek() in ("*", "/", "//"):
+            op, right = self._take(), self._factor(depth)
+            if left is None or right is None or op == "//":  # floor division is not folded
+                left = None
+            elif op == "*":
+                left = left * right
+            else:
+                left = left / right if right else None
+        return left
+
+    def _factor(self, depth: int) -> float | None:
+        if depth > _MAX_DEPTH:
+            raise _NotArithmetic
+        if self._peek() in ("+", "-"):
+            sign = self._take()
+            inner = self._factor(depth + 1)
+            return None if inner is None else (-inner if sign == "-" else inner)
+        base = self._atom(depth)
+        if self._peek() != "**":
+            return base
+        self._take()
+        exponent = self._factor(depth + 1)
+        if base is None or exponent is None:
             return None
         try:
-            if isinstance(node.op, ast.Add):
-                return left + right
-            if isinstance(node.op, ast.Sub):
-                return left - right
-            if isinstance(node.op, ast.Mult):
-                return left * right
-            if isinstance(node.op, ast.Div):
-                return left / right if right else None
-            if isinstance(node.op, ast.Pow):
-                return math.inf if abs(right) > 400 and abs(left) > 1 else float(left**right)
+            return math.inf if abs(exponent) > 400 and abs(base) > 1 else float(base**exponent)
         except (OverflowError, ZeroDivisionError, TypeError):
             return math.inf
-    return None
+
+    def _atom(self, depth: int) -> float | None:
+        token = self._take()
+        if token == "(":
+            inner = self._sum(depth + 1)
+            if self._take() != ")":
+                raise _NotArithmetic
+            return inner
+        if not _NUMBER.fullmatch(token):
+            raise _NotArithmetic
+        if token.isdigit() and len(token) > 1 and token[0] == "0" and token.strip("0"):
+            raise _NotArithmetic  # Python refuses a decimal integer with a leading zero
+        return float(token)
+
+
+class _NotArithmetic(Exception):
+    """The text is not an arithmetic expression of numbers."""
 
 
 def _range_elements(cypher: str, args: Sequence[Sequence[Token]], params: Mapping[str, Any] | None) -> float | None:
