@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 WARMUP = 5
 
 
@@ -46,11 +48,6 @@ def worker(index_dir: str, bench: str, n: int) -> None:
         ask(questions[i], bundle=bundle, config=config)
         print(json.dumps({"i": i, "ms": (time.perf_counter() - wall) * 1000, "cpu": (time.process_time() - cpu) * 1000}),
               flush=True)
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def run(
@@ -97,8 +94,8 @@ def run(
         proc.wait()
     results = {
         f"{name} pass {k + 1}": {
-            "n": len(times), "p50": round(statistics.median(times), 1), "p95": round(_percentile(times, 95), 1),
-            "cpu_p50": round(statistics.median(cpu[(name, k)]), 1), "cpu_p95": round(_percentile(cpu[(name, k)], 95), 1),
+            "n": len(times), "p50": round(statistics.median(times), 1), "p95": round(float(np.percentile(times, 95)), 1),
+            "cpu_p50": round(statistics.median(cpu[(name, k)]), 1), "cpu_p95": round(float(np.percentile(cpu[(name, k)], 95)), 1),
         }
         for (name, k), times in wall.items()
     }

@@ -170,9 +170,8 @@ def train_encoder(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    config.check()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    config = config.resolve(device, len(pairs))
+    config = config.resolve(device, len(pairs))  # checks the settings first
     steps, batch_size, learning_rate = config.steps, config.batch_size, config.learning_rate
     assert steps is not None and batch_size is not None and learning_rate is not None  # resolve() sets them
     random.seed(config.seed)
