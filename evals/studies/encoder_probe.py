@@ -7,8 +7,13 @@ embedded and compared with the names of every node of the profile's vocabulary l
 Cases whose clause and name counts differ are skipped (a name with a comma would misalign them).
 Evaluation only: nothing here feeds training (the tuner reads only the graph).
 
+``--index-dir`` (repeatable) also measures each clause *through the linker*: the index's own encoder and
+phrase vectors (names, synonyms, definition sentences), the shortlist re-scored as clause linking does
+(``agent.linking.rescoring``). The name scan isolates the encoder; this shows what the linker gets from
+it, which is what the answers see (an encoder can rank names better and the linker's candidates no better).
+
     python -m evals.studies.encoder_probe --dataset hpo --paraphrased P.csv --names N.csv \\
-        --embedder minilm:64:int8 --embedder tuned:/path/to/model:64 --out probe.json
+        --embedder minilm:64:int8 --embedder tuned:/path/to/model:64 [--index-dir DIR ...] --out probe.json
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agent.linking.settings import ClauseSettings
 
 _LAST_AND = re.compile(r"\s+and\s+(?=[^,]*$)")
 
@@ -82,6 +89,35 @@ def probe(embedder: Any, vocab_names: list[str], vocab_keys: list[str], items: l
             "embed_names_s": round(t_names, 1)}
 
 
+def linker_probe(bundle: Any, items: list[tuple[str, str]], settings: ClauseSettings | None = None) -> dict[str, Any]:
+    """acc@1/acc@5 of clause -> key through clause linking's shortlist: the bundle's phrase vectors and encoder,
+    the ``rescore_pool`` nearest terms re-scored jointly over their phrases and shared words; ``shortlisted`` is
+    the share whose term is among them at all."""
+    from agent.config import AgentConfig
+    from agent.linking.clauses import embed_clauses
+    from agent.linking.entities import PHRASE_POOL_PER_TERM
+    from agent.linking.rescoring import NodeWords, rescore
+    from graphs.index.phrases import phrase_index_for
+
+    cs = settings or AgentConfig().clause_settings() or ClauseSettings()
+    index = phrase_index_for(bundle)
+    if index is None:
+        raise ValueError(f"{bundle.index_dir} has no phrase vectors: its profile names no vocabulary labels")
+    pool = max(cs.rescore_pool, cs.candidates)
+    vecs = embed_clauses(bundle.embedder, [clause for clause, _ in items])
+    shortlists = index.search_phrases(vecs, pool, PHRASE_POOL_PER_TERM * pool)
+    words = NodeWords(bundle.skb)
+    hit1 = hit5 = listed = 0
+    for (clause, key), hits in zip(items, shortlists, strict=True):
+        ranked = [k for k, _ in rescore(clause, hits, words, lexical_weight=cs.lexical_weight, temperature=cs.phrase_temperature)]
+        hit1 += bool(ranked) and ranked[0] == key
+        hit5 += key in ranked[:5]
+        listed += key in ranked
+    n = len(items)
+    return {"index": str(bundle.index_dir), "model": bundle.embedder.model_name, "n": n,
+            "acc@1": round(hit1 / n, 3), "acc@5": round(hit5 / n, 3), "shortlisted": round(listed / n, 3)}
+
+
 def main(argv: list[str] | None = None) -> None:
     from graphs.embedding.embedder import get_embedder
     from graphs.loaders import load_dataset
@@ -92,9 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--paraphrased", type=Path, required=True)
     parser.add_argument("--names", type=Path, required=True)
-    parser.add_argument("--embedder", action="append", required=True)
+    parser.add_argument("--embedder", action="append", default=[])
+    parser.add_argument("--index-dir", type=Path, action="append", default=[],
+                        help="also probe through this index's clause linking (its encoder and phrase vectors)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if not args.embedder and not args.index_dir:
+        parser.error("give at least one --embedder SPEC or --index-dir DIR to probe")
     skb = load_dataset(args.dataset, args.data, None)  # type: ignore[arg-type]
     labels = set(profile_for(skb).linking.vocabulary_labels)
     vocab = [n for n in skb.nodes.values() if n.label in labels]
@@ -113,6 +153,14 @@ def main(argv: list[str] | None = None) -> None:
         res["spec"] = spec
         print(json.dumps(res), flush=True)
         results.append(res)
+    if args.index_dir:
+        from graphs.bundle import IndexBundle
+
+        for index_dir in args.index_dir:
+            with IndexBundle.open(index_dir, store="none") as bundle:
+                res = linker_probe(bundle, items)
+            print(json.dumps(res), flush=True)
+            results.append(res)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

@@ -47,6 +47,8 @@ def settings(n_pairs: int, by_kind: dict[str, int]) -> list[Setting]:
         ("e6-bs256-lr1e-4-hn", {"steps": 6 * epoch256, "batch_size": 256, "learning_rate": 1e-4}, None, 168),
         ("e3-bs512-lr2e-4-hn", {"steps": 3 * epoch512, "batch_size": 512, "learning_rate": 2e-4}, None, 42),
         ("e7-bs512-lr2e-4-hn", {"steps": 7 * epoch512, "batch_size": 512, "learning_rate": 2e-4}, None, 0),
+        ("e7-bs512-lr2e-4-nohn", {"steps": 7 * epoch512, "batch_size": 512, "learning_rate": 2e-4, "hard_negatives": False},
+         None, 0),
     ]
 
 
