@@ -25,7 +25,9 @@ import pytest
 from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langchain_core.tracers.context import collect_runs
 from pydantic import ValidationError
 
 import agent.planning.offline as offline_module
@@ -193,3 +195,87 @@ def test_a_round_runs_on_the_calling_thread_only_when_no_call_can_wait(
     monkeypatch.setattr(search_nodes_module, "HUB_EDGES", 2)  # oak is now a hub, sampled on the store
     assert not all_in_process(tools, local[:1])
     assert all_in_process(tools, local[1:])  # a membership check samples nothing
+
+
+def test_a_fused_node_leaves_the_state_its_steps_would_leave() -> None:
+    """Three nodes as three LangGraph steps and as one fused step, on the agent's own state (its reducers:
+    messages, appended lists, merged timings, last values): the same final state, message ids aside."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import END, START, StateGraph
+
+    from agent.graph import fused
+    from agent.state import AgentState
+
+    def first(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return {"scratchpad": [AIMessage(content="a")], "degraded": ["one"], "timings_ms": {"x": 1.0}, "step": 1}
+
+    def second(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        # reads what the first wrote, through the reducers
+        seen = [m.content for m in state["scratchpad"]]
+        return {"scratchpad": [HumanMessage(content=f"saw {seen}")], "degraded": [f"step {state['step']}"],
+                "timings_ms": {"x": 2.0, "y": 3.0}, "step": state["step"] + 1, "observations": [{"n": len(seen)}]}
+
+    def third(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return {"degraded": list(state["degraded"]), "done": True, "candidates": {"k": {"score": float(state["step"])}}}
+
+    def run(shape: str) -> dict[str, Any]:
+        graph: StateGraph[Any, Any, Any, Any] = StateGraph(AgentState)
+        if shape == "steps":
+            graph.add_node("first", first)
+            graph.add_node("second", second)
+            graph.add_node("third", third)
+            graph.add_edge(START, "first")
+            graph.add_edge("first", "second")
+            graph.add_edge("second", "third")
+            graph.add_edge("third", END)
+        else:
+            graph.add_node("all", fused(first, second, third))
+            graph.add_edge(START, "all")
+            graph.add_edge("all", END)
+        start = {"question": "q", "scratchpad": [HumanMessage(content="plan", id="p")], "degraded": ["before"]}
+        return dict(graph.compile().invoke(start))
+
+    steps, one = run("steps"), run("fused")
+    content = lambda s: [(type(m).__name__, m.content) for m in s["scratchpad"]]
+    assert content(steps) == content(one) == [("HumanMessage", "plan"), ("AIMessage", "a"), ("HumanMessage", "saw ['plan', 'a']")]
+    assert all(m.id for m in one["scratchpad"]) and len({m.id for m in one["scratchpad"]}) == 3
+    drop = lambda s: {k: v for k, v in s.items() if k != "scratchpad"}
+    assert drop(steps) == drop(one)
+    assert one["degraded"] == ["before", "one", "step 1", "before", "one", "step 1"]
+    assert one["timings_ms"] == {"x": 2.0, "y": 3.0} and one["step"] == 2
+
+
+def test_an_unobserved_ask_takes_the_graph_of_fewer_steps_with_the_same_result(
+    bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent import api
+    from agent.graph import AgentGraph
+
+    shapes: list[str] = []
+    ordinary_compile, fewer_compile = AgentGraph.compile, AgentGraph.compile_unobserved
+
+    def compile_spy(self: AgentGraph, **kwargs: Any) -> Any:
+        shapes.append("steps")
+        return ordinary_compile(self, **kwargs)
+
+    def fewer_spy(self: AgentGraph) -> Any:
+        shapes.append("fewer")
+        return fewer_compile(self)
+
+    monkeypatch.setattr(AgentGraph, "compile", compile_spy)
+    monkeypatch.setattr(AgentGraph, "compile_unobserved", fewer_spy)
+    monkeypatch.setattr(api, "_CACHE", type(api._CACHE)())
+    cfg = AgentConfig(k=5)
+    questions = [QUESTION, "which trees does bird w01 visit?", "what shades the oak?", "nest one"]
+    for q in questions:
+        quiet = ask(q, bundle=bundle, config=cfg)
+        observed = ask(q, bundle=bundle, config=cfg, run_config={"tags": ["observed"]})
+        a, b = quiet.model_dump(mode="json"), observed.model_dump(mode="json")
+        a.pop("timings_ms"), b.pop("timings_ms")
+        assert a == b, q
+        assert set(quiet.timings_ms) == set(observed.timings_ms)  # every node ran in both shapes
+    assert shapes == ["fewer", "steps"]  # compiled once each, then cached
+    with collect_runs():  # a tracer from the context (as tracing_v2_enabled or LANGSMITH_TRACING adds one)
+        assert not api._unobserved(cfg, None, None)
+    assert api._unobserved(cfg, None, None)
+    assert not api._unobserved(cfg.model_copy(update={"planner": "openai"}), None, None)
