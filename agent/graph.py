@@ -21,7 +21,7 @@ the chat server's graph does) and the edges at the bottom.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from langchain_core.language_models import BaseChatModel
@@ -58,8 +58,12 @@ def _state_reducers() -> dict[str, Callable[[Any, Any], Any]]:
     return reducers
 
 
-def fused(*nodes: Node, route: Callable[[AgentState, RunnableConfig], str] | None = None,
-          goto: Mapping[str, str] | None = None) -> Callable[..., Any]:
+def fused(
+    *nodes: Node,
+    route: Callable[[AgentState, RunnableConfig], str] | None = None,
+    goto: Mapping[str, str] | None = None,
+    then: Mapping[str, Sequence[Node]] | None = None,
+) -> Callable[..., Any]:
     """One LangGraph node that runs ``nodes`` in order, as the graph would run them one step each.
 
     Each node sees the state with the earlier nodes' updates applied by the state's own reducers (the
@@ -68,13 +72,12 @@ def fused(*nodes: Node, route: Callable[[AgentState, RunnableConfig], str] | Non
     reducers combine associatively (``add_messages`` gives the messages their ids on the way, so the
     graph appends them rather than replacing any). With ``route``, the route is read from the same
     state and the node goes there itself (``Command``; ``goto`` renames its answers), instead of a
-    conditional edge re-reading the whole state after the step."""
+    conditional edge re-reading the whole state after the step; a route named in ``then`` runs those
+    nodes too, in the same step, and ends the run (the last of them ends the graph)."""
     reducers = _state_reducers()
 
-    def run(state: AgentState, config: RunnableConfig) -> Any:
-        local: dict[str, Any] = dict(state)
-        combined: dict[str, Any] = {}
-        for node in nodes:
+    def apply(chain: Sequence[Node], local: dict[str, Any], combined: dict[str, Any], config: RunnableConfig) -> None:
+        for node in chain:
             for key, value in node(local, config).items():  # type: ignore[arg-type]
                 reduce = reducers.get(key)
                 if reduce is None:
@@ -82,9 +85,18 @@ def fused(*nodes: Node, route: Callable[[AgentState, RunnableConfig], str] | Non
                     continue
                 combined[key] = reduce(combined[key], value) if key in combined else value
                 local[key] = reduce(local[key], value) if key in local else value
+
+    def run(state: AgentState, config: RunnableConfig) -> Any:
+        local: dict[str, Any] = dict(state)
+        combined: dict[str, Any] = {}
+        apply(nodes, local, combined, config)
         if route is None:
             return combined
         target = route(local, config)  # type: ignore[arg-type]
+        rest = (then or {}).get(target)
+        if rest is not None:
+            apply(rest, local, combined, config)
+            return Command(update=combined, goto=END)
         return Command(update=combined, goto=(goto or {}).get(target, target))
 
     return run
@@ -205,28 +217,32 @@ class AgentGraph:
         Why: every LangGraph step costs its own work (task preparation, channel writes, a checkpoint of the
         state, a callback run per node and per route), about 0.4 ms on the 2-core development box, a
         quarter of a short offline question. ``ask`` without a run config, callback or tracer returns
-        only the final result, so it runs this shape: linking and planning as one step
-        (``prepare``), each planner round as one (``act``: call_planner, run_tools, observe and the
-        route), expansion and the result as one (``finish``); the optional stages keep their own steps.
+        only the final result, so it runs this shape: linking, planning and the first planner round as
+        one step (``start``), each later round as one (``act``: call_planner, run_tools, observe and the
+        route); a round after which expansion comes runs expansion and the result in its own step too,
+        otherwise the fallback and the optional stages keep their own steps and ``finish`` ends.
         The nodes are the same functions on the same state (``fused``), so the result is the same; a
         streamed, traced or configured run gets ``compile``'s node-per-step graph."""
         graph: StateGraph[Any, Any, Any, Any] = StateGraph(
             AgentState, context_schema=AgentConfig, input_schema=AgentInput, output_schema=AgentOutput
         )
         to_finish: dict[Hashable, str] = {"expand": "finish"}
-        rounds = ("act", "fallback", "constrain", "rerank", "finish")
-        graph.add_node("prepare", fused(self.link_entities, self.plan))
+        rounds = ("act", "fallback", "constrain", "rerank", END)
+        # a round after which SAGE expansion is next ends the run in the same step
+        planner_round: dict[str, Any] = {
+            "route": self.route, "goto": {"call_planner": "act"}, "then": {"expand": (self.expand, self.finalize)},
+        }
         graph.add_node(
-            "act",
-            fused(self.call_planner, self.run_tools, self.observe, route=self.route, goto={"call_planner": "act", "expand": "finish"}),
+            "start",
+            fused(self.link_entities, self.plan, self.call_planner, self.run_tools, self.observe, **planner_round),
             destinations=rounds,
         )
+        graph.add_node("act", fused(self.call_planner, self.run_tools, self.observe, **planner_round), destinations=rounds)
         graph.add_node("fallback", self.fallback)
         graph.add_node("constrain", self.constrain)
         graph.add_node("rerank", self.rerank)
         graph.add_node("finish", fused(self.expand, self.finalize))
-        graph.add_edge(START, "prepare")
-        graph.add_edge("prepare", "act")
+        graph.add_edge(START, "start")
         graph.add_conditional_edges(
             "fallback", self.route_refine, {"constrain": "constrain", "rerank": "rerank", **to_finish}
         )

@@ -245,8 +245,18 @@ def test_a_fused_node_leaves_the_state_its_steps_would_leave() -> None:
     assert one["timings_ms"] == {"x": 2.0, "y": 3.0} and one["step"] == 2
 
 
+@pytest.mark.parametrize(
+    ("settings", "stage"),
+    [
+        ({"k": 5}, "expand"),
+        ({"k": 5, "fallback_fill": True, "policy": "always"}, "fallback"),  # a short list: fallback, then expansion
+        ({"k": 3, "constraints": True}, "constraints"),  # the constraint stage runs offline, in its own step
+        ({"k": 5, "rerank": "listwise"}, "rerank"),  # without a model the rerank stage notes why it did nothing
+        ({"k": 5, "max_rounds": 1}, "fallback"),
+    ],
+)
 def test_an_unobserved_ask_takes_the_graph_of_fewer_steps_with_the_same_result(
-    bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch
+    bundle: IndexBundle, monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any], stage: str
 ) -> None:
     from agent import api
     from agent.graph import AgentGraph
@@ -265,8 +275,9 @@ def test_an_unobserved_ask_takes_the_graph_of_fewer_steps_with_the_same_result(
     monkeypatch.setattr(AgentGraph, "compile", compile_spy)
     monkeypatch.setattr(AgentGraph, "compile_unobserved", fewer_spy)
     monkeypatch.setattr(api, "_CACHE", type(api._CACHE)())
-    cfg = AgentConfig(k=5)
+    cfg = AgentConfig(**settings)
     questions = [QUESTION, "which trees does bird w01 visit?", "what shades the oak?", "nest one"]
+    ran: set[str] = set()
     for q in questions:
         quiet = ask(q, bundle=bundle, config=cfg)
         observed = ask(q, bundle=bundle, config=cfg, run_config={"tags": ["observed"]})
@@ -274,6 +285,8 @@ def test_an_unobserved_ask_takes_the_graph_of_fewer_steps_with_the_same_result(
         a.pop("timings_ms"), b.pop("timings_ms")
         assert a == b, q
         assert set(quiet.timings_ms) == set(observed.timings_ms)  # every node ran in both shapes
+        ran |= set(quiet.timings_ms)
+    assert stage in ran  # the path under test was taken
     assert shapes == ["fewer", "steps"]  # compiled once each, then cached
     with collect_runs():  # a tracer from the context (as tracing_v2_enabled or LANGSMITH_TRACING adds one)
         assert not api._unobserved(cfg, None, None)
