@@ -44,7 +44,8 @@ from pydantic import BaseModel
 from graphs.skb.model import SKB, Edge, Node
 
 #: Ratio of each stage's CPU median to the reference workload's, measured on the reference build (a 2-core
-#: AMD EPYC, three runs: agent 3.08, 3.14, 3.12; search 0.333, 0.327, 0.334; expand 0.223, 0.218, 0.211).
+#: Intel Xeon, three runs: agent 3.08, 3.14, 3.12; search 0.333, 0.327, 0.334; expand 0.223, 0.218, 0.211;
+#: the code before it, 46cc145, there: agent 4.46 and 4.50, expand 0.283, so it passes under these pins).
 #: Re-pin after a deliberate change of the workload or of the path's cost, with the report of a run.
 PINNED: dict[str, float] = {"agent": 3.1, "search": 0.34, "expand": 0.22}
 #: A stage fails when its ratio exceeds this many times its pin.
