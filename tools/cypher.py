@@ -38,7 +38,7 @@ from graphs.store.cypher_guard import (
     check_resources,
 )
 from graphs.store.falkordb_server import RESULTSET_SIZE
-from graphs.store.skb_walks import parse_walk, skb_walk
+from graphs.store.skb_walks import Walk, parse_walk, skb_walk
 from graphs.text_safety import clean_text
 from tools.common import InjectedArgs, SKBTool, schema_of, truncate
 from tools.results import (
@@ -183,19 +183,30 @@ def schema_hint(schema: GraphSchema, max_props: int = 12) -> str:
 READ_SKB = True
 
 
-def walked_here(bundle: IndexBundle, query: str, params: dict[str, Any] | None, max_rows: int) -> QueryResult | None:
-    """The store's result for a relation-path walk, computed from the index's own SKB; None for any other query,
-    another store (a live Neo4j source may differ from the SKB), a key the store could hold otherwise (a NUL
-    is replaced there), or a walk too large to read here (``skb_walk``'s bound). Why: see ``skb_walks``."""
+def _walk_here(bundle: IndexBundle, query: str, params: Any) -> tuple[CompactSKB, Walk, str] | None:
+    """The SKB, walk and key when ``query`` is a walk this process may read from its SKB (see ``walked_here``)."""
     skb = bundle.skb
     if not (READ_SKB and bundle.store_kind == "falkordb" and isinstance(skb, CompactSKB)):
         return None
-    key = (params or {}).get("key")
-    if set(params or {}) != {"key"} or not isinstance(key, str) or "\x00" in key:
+    if not isinstance(params, dict) or set(params) != {"key"}:
+        return None
+    key = params["key"]
+    if not isinstance(key, str) or "\x00" in key:
         return None
     walk = parse_walk(query)
     if walk is None or walk.limit >= RESULTSET_SIZE:  # the server cuts a result set there and says so
         return None
+    return skb, walk, key
+
+
+def walked_here(bundle: IndexBundle, query: str, params: dict[str, Any] | None, max_rows: int) -> QueryResult | None:
+    """The store's result for a relation-path walk, computed from the index's own SKB; None for any other query,
+    another store (a live Neo4j source may differ from the SKB), a key the store could hold otherwise (a NUL
+    is replaced there), or a walk too large to read here (``skb_walk``'s bound). Why: see ``skb_walks``."""
+    found = _walk_here(bundle, query, params)
+    if found is None:
+        return None
+    skb, walk, key = found
     rows = skb_walk(skb, walk.start_label, key, walk.hops, walk.limit)
     if rows is None or any("\x00" in str(row[0]) for row in rows):
         return None
@@ -282,6 +293,11 @@ def make_cypher(
         text, _ = tool_output(typed, budget_tokens)
         return text, typed
 
+    def in_process(args: dict[str, Any]) -> bool:
+        """A relation-path walk that ``walked_here`` reads from the SKB (unless it proves larger than its bound)."""
+        return _walk_here(bundle, str(args.get("query") or ""), args.get("params")) is not None
+
     return CypherTool.from_function(
-        run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact"
+        run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact",
+        in_process=in_process,
     )

@@ -31,12 +31,14 @@ from langchain_core.tracers.context import collect_runs
 from pydantic import ValidationError
 
 import agent.planning.offline as offline_module
+import tools.cypher as cypher_module
 import tools.search_nodes as search_nodes_module
 from agent import AgentConfig, ask
 from agent.nodes.act import all_in_process
 from agent.planning.offline import OfflinePlanner
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
+from graphs.store.aggregate import path_walk_query
 from tests.graphs.store.test_skb_aggregate import orchard_skb
 from tools import make_tools
 
@@ -192,6 +194,11 @@ def test_a_round_runs_on_the_calling_thread_only_when_no_call_can_wait(
     store = {"name": "cypher", "id": "d", "args": {"query": "MATCH (n) RETURN n.key AS key"}}
     assert not all_in_process(tools, [*local, store])  # a tool that says nothing may wait
     assert not all_in_process(tools, [{"name": "no_such_tool", "id": "e", "args": {}}])
+    walk = {"name": "cypher", "id": "f", "args": {
+        "query": path_walk_query("Tree", [("NESTS_IN", "in"), ("VISITS", "out")], 20), "params": {"key": "oak"}}}
+    assert all_in_process(tools, [*local, walk])  # a relation-path walk is read from the SKB
+    monkeypatch.setattr(cypher_module, "READ_SKB", False)
+    assert not all_in_process(tools, [walk])
     monkeypatch.setattr(search_nodes_module, "HUB_EDGES", 2)  # oak is now a hub, sampled on the store
     assert not all_in_process(tools, local[:1])
     assert all_in_process(tools, local[1:])  # a membership check samples nothing
