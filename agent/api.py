@@ -8,6 +8,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import CallbackManager
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -44,22 +45,25 @@ def build_agent(
 
 
 _CACHE_LOCK = threading.Lock()
-_CACHE: OrderedDict[tuple[int, str], tuple[Any, CompiledStateGraph[Any, Any, Any, Any]]] = OrderedDict()
+_CACHE: OrderedDict[tuple[int, str, bool], tuple[Any, CompiledStateGraph[Any, Any, Any, Any]]] = OrderedDict()
 #: Compiled agents kept (a few bundles x configs); bounded because each holds its bundle alive.
 CACHE_SIZE = 8
 
 
-def _cached_agent(bundle: IndexBundle, config: AgentConfig | None) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """One compiled agent per (bundle, config): evals ask thousands of questions with one config,
-    and the graph keeps its planner model and entity linker between them."""
+def _cached_agent(
+    bundle: IndexBundle, config: AgentConfig | None, unobserved: bool = False
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """One compiled agent per (bundle, config, shape): evals ask thousands of questions with one config,
+    and the graph keeps its planner model and entity linker between them. ``unobserved``: the graph of
+    fewer steps (``AgentGraph.compile_unobserved``)."""
     cfg = config or AgentConfig()
-    key = (id(bundle), cfg.model_dump_json())
+    key = (id(bundle), cfg.model_dump_json(), unobserved)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None and hit[0] is bundle:
             _CACHE.move_to_end(key)
             return hit[1]
-        graph = build_agent(cfg, bundle)
+        graph = AgentGraph(bundle, cfg).compile_unobserved() if unobserved else build_agent(cfg, bundle)
         _CACHE[key] = (bundle, graph)
         bundle.on_close("agent.api", functools.partial(_forget, bundle))  # its agents hold the build's graph
         while len(_CACHE) > CACHE_SIZE:
@@ -75,11 +79,22 @@ def _forget(bundle: IndexBundle) -> None:
 
 
 def _agent_for(
-    bundle: IndexBundle, config: AgentConfig | None, chat_model: BaseChatModel | None
+    bundle: IndexBundle, config: AgentConfig | None, chat_model: BaseChatModel | None, unobserved: bool = False
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     if chat_model is not None:
         return build_agent(config, bundle, chat_model=chat_model)
-    return _cached_agent(bundle, config)
+    return _cached_agent(bundle, config, unobserved)
+
+
+def _unobserved(config: AgentConfig | None, chat_model: BaseChatModel | None, run_config: RunnableConfig | None) -> bool:
+    """Nothing but the result is asked of this run: no run config (callbacks, tags, limits, overrides), no
+    tracer from the environment (``LANGSMITH_TRACING`` or a tracing context: ``CallbackManager.configure``
+    adds those), no model anywhere (the offline planner and no LLM stage, whose calls are counted per
+    stage through the nodes' metadata). Such a run may take the graph of fewer steps."""
+    cfg = config or AgentConfig()
+    if run_config or chat_model is not None or cfg.planner != "offline" or cfg.stage_llm == "openai":
+        return False
+    return not CallbackManager.configure().handlers
 
 
 def _result(state: dict[str, Any]) -> AgentResult:
@@ -110,7 +125,7 @@ def ask(
 ) -> AgentResult:
     """Answer one question: the ranked k + k' context with provenance and an answer message."""
     _check_question(question)
-    graph = _agent_for(bundle, config, chat_model)
+    graph = _agent_for(bundle, config, chat_model, _unobserved(config, chat_model, run_config))
     with bundle.pinned():  # one build per question, checked once (not per attribute access)
         return _result(graph.invoke({"question": question}, run_config))
 

@@ -44,9 +44,10 @@ from pydantic import BaseModel
 from graphs.skb.model import SKB, Edge, Node
 
 #: Ratio of each stage's CPU median to the reference workload's, measured on the reference build (a 2-core
-#: AMD EPYC, three runs: agent 5.97, 5.98, 5.87; search 0.338, 0.339, 0.330; expand 0.269, 0.255, 0.259).
+#: Intel Xeon, three runs: agent 3.08, 3.14, 3.12; search 0.333, 0.327, 0.334; expand 0.223, 0.218, 0.211;
+#: the code before it, 46cc145, there: agent 4.46 and 4.50, expand 0.283, so it passes under these pins).
 #: Re-pin after a deliberate change of the workload or of the path's cost, with the report of a run.
-PINNED: dict[str, float] = {"agent": 6.0, "search": 0.34, "expand": 0.26}
+PINNED: dict[str, float] = {"agent": 3.1, "search": 0.34, "expand": 0.22}
 #: A stage fails when its ratio exceeds this many times its pin.
 TOLERANCE = 1.75
 STAGES = tuple(PINNED)

@@ -26,7 +26,9 @@ from graphs.errors import (
     StoreUnavailableError,
     TooManyRowsError,
 )
+from graphs.skb.compact import CompactSKB
 from graphs.skb.model import GraphSchema
+from graphs.store.base import QueryResult
 from graphs.store.cypher_guard import (
     MAX_EXPRESSION_DEPTH,
     MAX_RANGE_ELEMENTS,
@@ -35,6 +37,8 @@ from graphs.store.cypher_guard import (
     check_read_only,
     check_resources,
 )
+from graphs.store.falkordb_server import RESULTSET_SIZE
+from graphs.store.skb_walks import Walk, parse_walk, skb_walk
 from graphs.text_safety import clean_text
 from tools.common import InjectedArgs, SKBTool, schema_of, truncate
 from tools.results import (
@@ -174,6 +178,42 @@ def schema_hint(schema: GraphSchema, max_props: int = 12) -> str:
     )
 
 
+#: Read relation-path walks (``path_walk_query``'s text) from the in-process SKB when the store is its embedded
+#: copy (``graphs.store.skb_walks``); False sends every query to the store.
+READ_SKB = True
+
+
+def _walk_here(bundle: IndexBundle, query: str, params: Any) -> tuple[CompactSKB, Walk, str] | None:
+    """The SKB, walk and key when ``query`` is a walk this process may read from its SKB (see ``walked_here``)."""
+    skb = bundle.skb
+    if not (READ_SKB and bundle.store_kind == "falkordb" and isinstance(skb, CompactSKB)):
+        return None
+    if not isinstance(params, dict) or set(params) != {"key"}:
+        return None
+    key = params["key"]
+    if not isinstance(key, str) or "\x00" in key:
+        return None
+    walk = parse_walk(query)
+    if walk is None or walk.limit >= RESULTSET_SIZE:  # the server cuts a result set there and says so
+        return None
+    return skb, walk, key
+
+
+def walked_here(bundle: IndexBundle, query: str, params: dict[str, Any] | None, max_rows: int) -> QueryResult | None:
+    """The store's result for a relation-path walk, computed from the index's own SKB; None for any other query,
+    another store (a live Neo4j source may differ from the SKB), a key the store could hold otherwise (a NUL
+    is replaced there), or a walk too large to read here (``skb_walk``'s bound). Why: see ``skb_walks``."""
+    found = _walk_here(bundle, query, params)
+    if found is None:
+        return None
+    skb, walk, key = found
+    rows = skb_walk(skb, walk.start_label, key, walk.hops, walk.limit)
+    if rows is None or any("\x00" in str(row[0]) for row in rows):
+        return None
+    # as the store reports rows: at most max_rows of them, truncated when there were more
+    return QueryResult(columns=["key", "walks"], rows=rows[:max_rows], truncated=len(rows) > max_rows)
+
+
 def make_cypher(
     bundle: IndexBundle,
     *,
@@ -217,7 +257,9 @@ def make_cypher(
         except CypherValidationError as exc:
             return fail("unknown_schema", exc, schema_hint(schema))
         try:
-            result = bundle.store.query(query, params or {}, timeout_ms=timeout_ms, max_rows=max_rows)
+            result = walked_here(bundle, query, params, max_rows) or bundle.store.query(
+                query, params or {}, timeout_ms=timeout_ms, max_rows=max_rows
+            )
         except ReadOnlyViolationError as exc:
             return fail("read_only_violation", exc, READ_ONLY_HINT)
         except QueryTooComplexError as exc:
@@ -251,6 +293,11 @@ def make_cypher(
         text, _ = tool_output(typed, budget_tokens)
         return text, typed
 
+    def in_process(args: dict[str, Any]) -> bool:
+        """A relation-path walk that ``walked_here`` reads from the SKB (unless it proves larger than its bound)."""
+        return _walk_here(bundle, str(args.get("query") or ""), args.get("params")) is not None
+
     return CypherTool.from_function(
-        run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact"
+        run, name=NAME, description=DESCRIPTION, args_schema=CypherArgs, response_format="content_and_artifact",
+        in_process=in_process,
     )

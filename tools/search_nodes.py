@@ -325,6 +325,20 @@ def make_search_nodes(
         )
         return tool_output(result, budget_tokens)
 
+    def in_process(args: dict[str, Any]) -> bool:
+        """The call reads its aggregates from the in-process SKB (``aggregate``'s condition), no seed can be a
+        hub sampled on the store, and no raw edges are asked for (those come from the store)."""
+        skb = bundle.skb
+        if not (READ_SKB and weight_property is None and bundle.store_kind == "falkordb" and isinstance(skb, CompactSKB)):
+            return False
+        if args.get("include_triples"):
+            return False
+        if args.get("among") is not None:
+            return True
+        keys = args.get("keys") or []
+        return all(skb.degree(k) <= HUB_EDGES for k in keys if isinstance(k, str) and k in skb.nodes)
+
     return SKBTool.from_function(
-        run, name=NAME, description=DESCRIPTION, args_schema=SearchNodesArgs, response_format="content_and_artifact"
+        run, name=NAME, description=DESCRIPTION, args_schema=SearchNodesArgs, response_format="content_and_artifact",
+        in_process=in_process,
     )

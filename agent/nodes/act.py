@@ -11,6 +11,7 @@ from typing import Any, Literal
 from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool
 
 from agent.config import AgentConfig
 from agent.llm.budget import Budget, CallFailed, Usage, call_or_fallback
@@ -21,6 +22,7 @@ from agent.nodes.common import add_time
 from agent.nodes.guided import guided_round
 from agent.nodes.pool import merge_observation, select_seeds
 from agent.nodes.tool_io import budgeted, clamped
+from agent.planning.offline import OfflinePlanner
 from agent.runtime import Runtime, run_concurrently
 from agent.stages.refine import Next, next_stage
 from agent.state import AgentState, Candidate
@@ -51,7 +53,7 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
     if not offline and not rt.counts_llm(cfg):
         # the offline planner is a chat model by interface only: no prompt goes anywhere, so none is
         # counted against a budget (counting one cost more than the planner's own work)
-        reply = invoke_with_retry(rt.model(cfg).bind_tools(list(tools.values())), scratchpad, cfg)
+        reply = _planner_reply(rt.model(cfg).bind_tools(list(tools.values())), scratchpad, cfg, config)
     elif not offline:
         bound: Runnable[LanguageModelInput, BaseMessage] = rt.model(cfg).bind_tools(list(tools.values()))
         budget = Budget.of(cfg, state.get("usage"), state.get("started_at"))
@@ -69,7 +71,7 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
             offline = True
             degraded.append(f"planner model failed, continued with the offline planner: {got.error}")
     if reply is None:
-        reply = invoke_with_retry(rt.offline_model(cfg), scratchpad, cfg)
+        reply = _planner_reply(rt.offline_model(cfg), scratchpad, cfg, config)
     checked = check_tool_calls(reply, tools)
     step = int(state.get("step") or 0) + (1 if checked.valid else 0)
     pending = clamped(checked.valid, cfg, step)
@@ -89,6 +91,19 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
         previous = (state.get("usage") or {}).get("act") or {}
         update["usage"] = {"act": {k: int(previous.get(k, 0)) + v for k, v in usage.as_dict().items()}}
     return update
+
+
+def _planner_reply(
+    model: Runnable[LanguageModelInput, BaseMessage], scratchpad: Sequence[BaseMessage], cfg: AgentConfig,
+    config: RunnableConfig,
+) -> AIMessage:
+    """The offline planner's reply without the chat-model call around it when nothing observes that call
+    (``OfflinePlanner.unobserved_reply``: the same message); any other model, or an observed call, is invoked."""
+    if isinstance(model, OfflinePlanner):
+        reply = model.unobserved_reply(scratchpad, config)
+        if reply is not None:
+            return reply
+    return invoke_with_retry(model, scratchpad, cfg)
 
 
 def prefetch_question_vector(
@@ -128,13 +143,28 @@ def run_tools(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[st
             message = ToolMessage(content=str(message), tool_call_id=call_id, name=name)
         return budgeted(message, name, cfg.tool_output_tokens), None
 
-    outcomes = run_concurrently(run_one, calls, cfg.max_parallel_tools)
+    outcomes = run_concurrently(run_one, calls, 1 if all_in_process(tools, calls) else cfg.max_parallel_tools)
     messages = [m for m, _ in outcomes]
     return {
         "round_messages": [*messages, *(state.get("round_messages") or [])],
         "degraded": [d for _, d in outcomes if d],
         "timings_ms": add_time(state, "run_tools", start),
     }
+
+def all_in_process(tools: Mapping[str, BaseTool], calls: Sequence[Mapping[str, Any]]) -> bool:
+    """Every call of the round runs on this process's own data (``SKBTool.in_process``): then they run one
+    after another on the calling thread. Why: such calls are Python and numpy work under one interpreter
+    lock, so threads add hand-offs and lock contention and no overlap (on the 2-core development box a
+    round of three in-process neighbour aggregations took 12% longer per question on threads). A call that
+    may wait on a store, a model or the network keeps the round concurrent; the results are the same
+    either way (call order is kept, the tools are stateless)."""
+    for call in calls:
+        tool = tools.get(str(call["name"]))
+        judge = getattr(tool, "in_process", None)
+        if not callable(judge) or not judge(dict(call.get("args") or {})):
+            return False
+    return True
+
 
 def observe(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     """Fold the round's results into the candidate pool and decide whether the loop is done."""

@@ -37,11 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.caches import BaseCache
+from langchain_core.callbacks import CallbackManager, CallbackManagerForLLMRun
+from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field
 
@@ -193,6 +195,30 @@ class OfflinePlanner(BaseChatModel):
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """The planner knows its tools by name; binding changes nothing (kept for interface parity)."""
         return self  # type: ignore[return-value]
+
+    def unobserved_reply(self, messages: Sequence[BaseMessage], config: RunnableConfig | None) -> AIMessage | None:
+        """``next_message`` without the chat-model call around it, when nothing would observe that call;
+        None when something would (then the caller invokes the model as usual).
+
+        Why: ``invoke`` on a chat model builds a callback manager, start and end events, a result
+        wrapper and a cache lookup around ``_generate`` (about a third of a millisecond per planner turn
+        under a LangGraph node), which only a tracer, a callback or a cache can tell apart. Without a
+        handler in ``config`` (or from the environment: ``CallbackManager.configure`` adds the tracers
+        ``LANGSMITH_TRACING`` asks for), a cache or a rate limiter, the reply is the same message; it
+        has no run id (the graph's message reducer gives it one). A planner error returns None, so
+        the ordinary call raises it the ordinary way (this planner is deterministic)."""
+        cfg = config or {}
+        manager = CallbackManager.configure(
+            cfg.get("callbacks"), self.callbacks, self.verbose, cfg.get("tags"), self.tags,
+            cfg.get("metadata"), self.metadata,
+        )
+        cached = isinstance(self.cache, BaseCache) or (self.cache is None and get_llm_cache() is not None)
+        if manager.handlers or cached or self.rate_limiter is not None:
+            return None
+        try:
+            return self.next_message(messages)
+        except Exception:  # noqa: BLE001 - the ordinary call repeats it and raises it as a planner error
+            return None
 
     def _generate(
         self,

@@ -52,5 +52,5 @@ def schema_digest() -> str:
     """The code that computes ``SKB.schema()``."""
     from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
 
-    return code_digest(SKB.schema, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
+    return code_digest(SKB.schema, SKB.relation_patterns, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
                        GraphSchema)

@@ -419,9 +419,7 @@ class SKB:
                     info = table[pname] = PropertyInfo(name=pname, type=value_type_name(value))
                 if len(info.samples) < max_samples and value not in (None, "", []):
                     info.samples.append(str(value)[:80])
-        rel_counts: Counter[tuple[str, str, str]] = Counter()
-        for edge in self.edges:
-            rel_counts[(edge.rel, self.nodes[edge.src].label, self.nodes[edge.dst].label)] += 1
+        rel_counts = self.relation_patterns()
         labels = [
             LabelInfo(
                 label=label,
@@ -449,6 +447,14 @@ class SKB:
             for _, group in sorted(by_len.items()) if i < len(group)
         ]
         return GraphSchema(labels=labels, relations=relations, examples=examples)
+
+    def relation_patterns(self) -> Counter[tuple[str, str, str]]:
+        """``(rel, source label, target label) -> edge count`` (a subclass with edge arrays counts them
+        without building an edge: a schema of 550,000 edges took 0.6 s edge by edge)."""
+        counts: Counter[tuple[str, str, str]] = Counter()
+        for edge in self.edges:
+            counts[(edge.rel, self.nodes[edge.src].label, self.nodes[edge.dst].label)] += 1
+        return counts
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -108,8 +108,8 @@ def test_code_digest_follows_the_computing_code_only() -> None:
 
     assert code_digest(one) == code_digest(one) != code_digest(other)
     assert code_digest(one, 1) != code_digest(one, 2)  # values by repr
-    assert schema_digest() == code_digest(SKB.schema, *_schema_parts())
-    assert schema_digest() != code_digest(SKB.neighbor_keys, *_schema_parts())
+    assert schema_digest() == code_digest(SKB.schema, SKB.relation_patterns, *_schema_parts())
+    assert schema_digest() != code_digest(SKB.neighbor_keys, SKB.relation_patterns, *_schema_parts())
 
 
 def _schema_parts() -> tuple[object, ...]:
@@ -135,6 +135,22 @@ def test_stored_schema_is_ignored_when_computed_by_other_code(hpo_mini_skb: SKB,
     meta["schema_digest"] = "0" * 64
     meta_path.write_text(json.dumps(meta))
     assert open_compact(tmp_path / "skb").schema() == hpo_mini_skb.schema()
+
+
+def test_a_computed_schema_of_the_arrays_equals_the_models(tmp_path: Path) -> None:
+    """Without a stored schema the compact SKB computes one, its relation counts from the edge arrays: the
+    same schema as the in-memory model's, edge by edge, on a graph of other labels and relations."""
+    from tests.small_graphs import catalog_skb
+
+    graph = catalog_skb()
+    write_compact(graph, tmp_path / "skb" / "compact")
+    meta_path = tmp_path / "skb" / "compact" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["schema_digest"] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    skb = open_compact(tmp_path / "skb")
+    assert list(skb.relation_patterns().items()) == list(SKB.relation_patterns(graph).items())
+    assert skb.schema() == graph.schema() and graph.schema().relations
 
 
 # -- stored statistics ---------------------------------------------------------------------------
