@@ -4,6 +4,8 @@
 - ``hpo_index_dir``: a real index (FalkorDB store, HNSW, BM25, MiniLM embeddings) built once per session.
 - ``hpo_bundle``: an IndexBundle on that index, opened once per session (its FalkorDB server closes at the end).
 - ``_token_calibration_per_test`` (autouse): token-count calibration reset around every test.
+- ``orchard``: an IndexBundle (FalkorDB store, hashing embedder) on ``small_graphs.orchard_skb``, per module: the
+  in-process aggregate and walk tests compare its SKB with its store, the fast-path tests ask it questions.
 """
 
 from __future__ import annotations
@@ -155,5 +157,17 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Any:
     summary = build_index(small_graphs.catalog_skb(), index_dir, IndexConfig(dataset="catalog", store="none"))
     assert "phrases" in summary.timings_s
     bundle = IndexBundle.open(index_dir, store="none")
+    yield bundle
+    bundle.close()
+
+
+@pytest.fixture(scope="module")
+def orchard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
+    from graphs.build import IndexConfig, build_index
+    from graphs.bundle import IndexBundle
+
+    path = tmp_path_factory.mktemp("orchard") / "index"
+    build_index(small_graphs.orchard_skb(), path, IndexConfig(dataset="orchard", embedder="hash:32"))
+    bundle = IndexBundle.open(path)
     yield bundle
     bundle.close()

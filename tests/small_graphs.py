@@ -122,3 +122,30 @@ def recipe_skb() -> SKB:
         skb.add_edge(Edge(key, "FROM_CUISINE", f"C:{cuisine}"))
     skb.validate()
     return skb
+
+
+# -- an orchard: trees, birds and nests, with what differs between stores ---------------------------------
+
+
+def orchard_skb() -> SKB:
+    """Trees, Birds and Nests: birds nest in trees, trees shade trees, a tree shades itself (a self-loop),
+    one bird nests twice in one tree (parallel edges), and keys sort differently by case and code point."""
+    skb = SKB("orchard")
+    trees = ["oak", "Oak-2", "élm", "ash", "Ash", "b1", "b10", "b2"]
+    for key in trees:
+        skb.add_node(Node(key, "Tree", {"name": f"tree {key}"}))
+    birds = [f"w{i:02d}" for i in range(12)] + ["Zeta", "zeta", "ñu"]
+    for key in birds:
+        skb.add_node(Node(key, "Bird", {"name": f"bird {key}"}))
+    skb.add_node(Node("n1", "Nest", {"name": "nest one"}))
+    for i, bird in enumerate(birds):
+        skb.add_edge(Edge(bird, "NESTS_IN", trees[i % 3]))
+        skb.add_edge(Edge(bird, "VISITS", trees[(i + 1) % len(trees)]))
+    skb.add_edge(Edge("w00", "NESTS_IN", "oak"))  # parallel edge
+    skb.add_edge(Edge("oak", "SHADES", "Oak-2"))
+    skb.add_edge(Edge("Oak-2", "SHADES", "oak"))
+    skb.add_edge(Edge("oak", "SHADES", "oak"))  # self-loop
+    skb.add_edge(Edge("élm", "SHADES", "ash"))
+    skb.add_edge(Edge("n1", "BUILT_BY", "w01"))
+    skb.add_edge(Edge("n1", "HANGS_FROM", "oak"))
+    return skb

@@ -16,8 +16,6 @@ without (every shortcut).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -36,10 +34,8 @@ import tools.search_nodes as search_nodes_module
 from agent import AgentConfig, ask
 from agent.nodes.act import all_in_process
 from agent.planning.offline import OfflinePlanner
-from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.store.aggregate import path_walk_query
-from tests.graphs.store.test_skb_aggregate import orchard_skb
 from tools import make_tools
 
 pytestmark = pytest.mark.integration
@@ -63,12 +59,9 @@ class Recorder(BaseCallbackHandler):
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
-    path: Path = tmp_path_factory.mktemp("orchard-fast") / "index"
-    build_index(orchard_skb(), path, IndexConfig(dataset="orchard", embedder="hash:32"))
-    b = IndexBundle.open(path)
-    yield b
-    b.close()
+def bundle(orchard: IndexBundle) -> IndexBundle:
+    """The shared orchard index (``tests/conftest.py``)."""
+    return orchard
 
 
 @pytest.fixture(scope="module")

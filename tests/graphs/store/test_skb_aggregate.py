@@ -5,18 +5,14 @@ two expanded keys, several relations and labels, and keys whose order depends on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from langchain_core.messages import ToolMessage
 
 import tools.search_nodes as search_nodes_module
-from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.skb.compact import CompactSKB
-from graphs.skb.model import SKB, Edge, Node
 from graphs.store.aggregate import NeighborAggregate
 from graphs.store.skb_aggregate import skb_aggregate
 from tools.results import Neighborhood
@@ -27,42 +23,10 @@ pytestmark = pytest.mark.integration
 Direction = Literal["out", "in", "both"]
 
 
-def orchard_skb() -> SKB:
-    """Trees, Birds and Nests: birds nest in trees, trees shade trees, a tree shades itself (a self-loop),
-    one bird nests twice in one tree (parallel edges), and keys sort differently by case and code point."""
-    skb = SKB("orchard")
-    trees = ["oak", "Oak-2", "élm", "ash", "Ash", "b1", "b10", "b2"]
-    for key in trees:
-        skb.add_node(Node(key, "Tree", {"name": f"tree {key}"}))
-    birds = [f"w{i:02d}" for i in range(12)] + ["Zeta", "zeta", "ñu"]
-    for key in birds:
-        skb.add_node(Node(key, "Bird", {"name": f"bird {key}"}))
-    skb.add_node(Node("n1", "Nest", {"name": "nest one"}))
-    for i, bird in enumerate(birds):
-        skb.add_edge(Edge(bird, "NESTS_IN", trees[i % 3]))
-        skb.add_edge(Edge(bird, "VISITS", trees[(i + 1) % len(trees)]))
-    skb.add_edge(Edge("w00", "NESTS_IN", "oak"))  # parallel edge
-    skb.add_edge(Edge("oak", "SHADES", "Oak-2"))
-    skb.add_edge(Edge("Oak-2", "SHADES", "oak"))
-    skb.add_edge(Edge("oak", "SHADES", "oak"))  # self-loop
-    skb.add_edge(Edge("élm", "SHADES", "ash"))
-    skb.add_edge(Edge("n1", "BUILT_BY", "w01"))
-    skb.add_edge(Edge("n1", "HANGS_FROM", "oak"))
-    return skb
-
-
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("orchard") / "index"
-    build_index(orchard_skb(), path, IndexConfig(dataset="orchard", embedder="hash:32"))
-    return path
-
-
-@pytest.fixture(scope="module")
-def bundle(index_dir: Path) -> Iterator[IndexBundle]:
-    b = IndexBundle.open(index_dir)
-    yield b
-    b.close()
+def bundle(orchard: IndexBundle) -> IndexBundle:
+    """The shared orchard index (``tests/conftest.py``)."""
+    return orchard
 
 
 CASES: list[tuple[str, list[str], list[str] | None, Direction, str | None, int, list[str] | None]] = [

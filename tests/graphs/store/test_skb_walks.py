@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from langchain_core.messages import ToolMessage
 
 import tools.cypher as cypher_module
-from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.skb.compact import CompactSKB
 from graphs.store.aggregate import path_walk_query
 from graphs.store.skb_walks import parse_walk, skb_walk
-from tests.graphs.store.test_skb_aggregate import orchard_skb
 from tools.cypher import make_cypher, walked_here
 
 pytestmark = pytest.mark.integration
@@ -32,12 +28,9 @@ STARTS = [("Tree", "oak"), ("Tree", "Oak-2"), ("Tree", "élm"), ("Bird", "w00"),
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
-    path: Path = tmp_path_factory.mktemp("orchard-walks") / "index"
-    build_index(orchard_skb(), path, IndexConfig(dataset="orchard", embedder="hash:32"))
-    b = IndexBundle.open(path)
-    yield b
-    b.close()
+def bundle(orchard: IndexBundle) -> IndexBundle:
+    """The shared orchard index (``tests/conftest.py``)."""
+    return orchard
 
 
 def _paths() -> list[list[Hop]]:
