@@ -34,7 +34,7 @@ from agent.linking.lexicon import (
 from agent.linking.rescoring import NodeWords, rescore
 from agent.linking.settings import ClauseSettings
 from agent.linking.stored import definition_table_for, lexicon_for, stored_names
-from graphs.index.phrases import has_phrase_index, phrase_index_for
+from graphs.index.phrases import PhraseIndex, has_phrase_index, phrase_index_for
 from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
@@ -347,21 +347,29 @@ class EntityLinker:
             vecs = embed_clauses(self.bundle.embedder, [texts[g] for g in pending])
         except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
             return out
-        pool = max(settings.candidates * 2, settings.candidates + 4)
-        if settings.rescore_pool > 0:
-            shortlists = index.search_phrases(vecs, max(pool, settings.rescore_pool), PHRASE_POOL_PER_TERM * settings.rescore_pool)
-            found = [
-                rescore(texts[group], [(k, s) for k, s in hits if self._usable(k, exclude)], self._node_words,
-                        lexical_weight=settings.lexical_weight, temperature=settings.phrase_temperature)
-                for group, hits in zip(pending, shortlists)
-            ]
-        else:
-            found = [[(k, s) for k, s in hits if self._usable(k, exclude)] for hits in index.search(vecs, pool)]
+        found = self.rank_clauses(index, [texts[g] for g in pending], vecs, settings, exclude)
         for group, usable in zip(pending, found):
             for key, sim, weight in weighted_candidates(usable, settings):
                 ent = self._entity(key, texts[group], round(sim, 4), "embedding")
                 out.append(ent.model_copy(update={"group": group, "weight": round(weight, 4)}))
         return out
+
+    def rank_clauses(
+        self, index: PhraseIndex, texts: Sequence[str], vecs: np.ndarray, settings: ClauseSettings,
+        exclude: Sequence[str] = (),
+    ) -> list[list[tuple[str, float]]]:
+        """Each described clause's candidate terms, best first, from its vector (``embed_clauses``): the nearest
+        terms by phrase, re-scored jointly over their phrases and shared words when ``rescore_pool`` > 0
+        (``agent.linking.rescoring``). Public so that a study can rank clauses exactly as linking does."""
+        pool = max(settings.candidates * 2, settings.candidates + 4)
+        if settings.rescore_pool <= 0:
+            return [[(k, s) for k, s in hits if self._usable(k, exclude)] for hits in index.search(vecs, pool)]
+        shortlists = index.search_phrases(vecs, max(pool, settings.rescore_pool), PHRASE_POOL_PER_TERM * settings.rescore_pool)
+        return [
+            rescore(text, [(k, s) for k, s in hits if self._usable(k, exclude)], self._node_words,
+                    lexical_weight=settings.lexical_weight, temperature=settings.phrase_temperature)
+            for text, hits in zip(texts, shortlists)
+        ]
 
     def _usable(self, key: str, exclude: Sequence[str]) -> bool:
         return key in self.skb.nodes and self.skb.nodes[key].label not in exclude

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 
@@ -59,16 +60,6 @@ class FusedPhrases:
 
 
 @contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    old = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, old)
-
-
-@contextmanager
 def clause_encoder(phrase_dir: Path, spec: str, fuse: float | None = None, temperature: float = 0.05) -> Iterator[None]:
     """Clause linking with another encoder's phrase vectors (or both encoders', ``fuse`` the other's weight)."""
     from graphs.embedding.embedder import get_embedder
@@ -85,7 +76,7 @@ def clause_encoder(phrase_dir: Path, spec: str, fuse: float | None = None, tempe
     else:
         index_for = lambda bundle: FusedPhrases(own_index(bundle), phrases, fuse, temperature)
         embed = lambda own, clauses: np.hstack([own_embed(own, clauses), own_embed(embedder, clauses)])
-    with _patched(entities, "phrase_index_for", index_for), _patched(entities, "embed_clauses", embed):
+    with patch.object(entities, "phrase_index_for", index_for), patch.object(entities, "embed_clauses", embed):
         yield
 
 
@@ -123,7 +114,7 @@ def oracle_links(gold: dict[str, set[str]], label: str, mode: str) -> Iterator[N
         extra = [] if mode == "keep" else [self._entity(k, "gold", 1.0, "exact") for k in sorted(wanted - have)]
         return others + mine + extra
 
-    with _patched(entities.EntityLinker, "link", oracle):
+    with patch.object(entities.EntityLinker, "link", oracle):
         yield
 
 

@@ -90,29 +90,26 @@ def probe(embedder: Any, vocab_names: list[str], vocab_keys: list[str], items: l
 
 
 def linker_probe(bundle: Any, items: list[tuple[str, str]], settings: ClauseSettings | None = None) -> dict[str, Any]:
-    """acc@1/acc@5 of clause -> key through clause linking's shortlist: the bundle's phrase vectors and encoder,
-    the ``rescore_pool`` nearest terms re-scored jointly over their phrases and shared words; ``shortlisted`` is
-    the share whose term is among them at all."""
+    """acc@1/acc@5 of clause -> key through clause linking's ranking (``EntityLinker.rank_clauses``: the bundle's
+    phrase vectors and encoder, the nearest terms re-scored jointly over their phrases and shared words);
+    ``shortlisted`` is the share whose term is ranked at all."""
     from agent.config import AgentConfig
     from agent.linking.clauses import embed_clauses
-    from agent.linking.entities import PHRASE_POOL_PER_TERM
-    from agent.linking.rescoring import NodeWords, rescore
+    from agent.linking.entities import EntityLinker
     from graphs.index.phrases import phrase_index_for
 
     cs = settings or AgentConfig().clause_settings() or ClauseSettings()
     index = phrase_index_for(bundle)
     if index is None:
         raise ValueError(f"{bundle.index_dir} has no phrase vectors: its profile names no vocabulary labels")
-    pool = max(cs.rescore_pool, cs.candidates)
-    vecs = embed_clauses(bundle.embedder, [clause for clause, _ in items])
-    shortlists = index.search_phrases(vecs, pool, PHRASE_POOL_PER_TERM * pool)
-    words = NodeWords(bundle.skb)
+    clauses = [clause for clause, _ in items]
+    ranked = EntityLinker(bundle).rank_clauses(index, clauses, embed_clauses(bundle.embedder, clauses), cs)
     hit1 = hit5 = listed = 0
-    for (clause, key), hits in zip(items, shortlists, strict=True):
-        ranked = [k for k, _ in rescore(clause, hits, words, lexical_weight=cs.lexical_weight, temperature=cs.phrase_temperature)]
-        hit1 += bool(ranked) and ranked[0] == key
-        hit5 += key in ranked[:5]
-        listed += key in ranked
+    for (_, key), hits in zip(items, ranked, strict=True):
+        keys = [k for k, _ in hits]
+        hit1 += bool(keys) and keys[0] == key
+        hit5 += key in keys[:5]
+        listed += key in keys
     n = len(items)
     return {"index": str(bundle.index_dir), "model": bundle.embedder.model_name, "n": n,
             "acc@1": round(hit1 / n, 3), "acc@5": round(hit5 / n, 3), "shortlisted": round(listed / n, 3)}
