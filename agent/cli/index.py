@@ -76,7 +76,7 @@ def index_command(
     tune_encoder: Annotated[
         bool,
         typer.Option(help="fine-tune the bundled encoder on the graph's own synonyms, definitions and profile texts "
-                          "before embedding (GPU: minutes; 2-core CPU: about 45 min for its 200 steps; see the encoder-tuning guide)"),
+                          "before embedding (GPU: minutes; 2-core CPU: 15-45 min for its 200 steps, by load; see the encoder-tuning guide)"),
     ] = False,
     tune_steps: Annotated[
         int | None, typer.Option(help="--tune-encoder: training steps [default: 7 epochs on a GPU, 200 on a CPU]")

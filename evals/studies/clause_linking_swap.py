@@ -9,12 +9,13 @@ encoder and phrase vectors replaced, or its links replaced by gold ones, everyth
   against the phrase vectors in DIR (``PhraseIndex.save``, built with the same SPEC over the same graph);
   ``--fuse W`` (0 < W < 1) instead averages each shortlisted term's re-scoring input from both encoders,
   ``(1 - W) * index's own + W * SPEC`` (a term missing from one shortlist takes that shortlist's lowest);
+  ``--combine max`` takes the union of the two shortlists instead, each term at the higher of its two inputs;
 - ``--oracle gold|add|keep --twins NAMES.csv --vocabulary LABEL``: each question's links of LABEL are
   replaced by the gold terms (``gold``), completed with them (``add``) or cut to them (``keep``). The gold
   terms of a question are those its twin of the same ``case_id`` names (``encoder_probe.align``): an upper
   bound for linking, as ranking every target is for the agent's tools. Evaluation only.
 
-    python -m evals.studies.clause_linking_swap [--clause-phrases DIR --clause-embedder SPEC [--fuse W]] \\
+    python -m evals.studies.clause_linking_swap [--clause-phrases DIR --clause-embedder SPEC [--fuse W [--combine max]]] \\
         [--oracle gold --twins NAMES.csv --vocabulary LABEL] -- --bench P.csv --index-dir IDX --method agent --out RUN
 """
 
@@ -37,13 +38,20 @@ from agent.linking.rescoring import soft_max
 from evals.studies.encoder_probe import align
 
 ORACLE_MODES = ("gold", "add", "keep")
+COMBINE_MODES = ("mean", "max")
 
 
 class FusedPhrases:
-    """Two phrase indexes searched with the two halves of a stacked query vector, shortlists merged by weight."""
+    """Two phrase indexes searched with the two halves of a stacked query vector, shortlists merged.
 
-    def __init__(self, own: Any, other: Any, weight: float, temperature: float) -> None:
-        self.own, self.other, self.weight, self.temperature = own, other, weight, temperature
+    ``combine`` "mean" weighs the other encoder's input by ``weight``; "max" is the union of the shortlists, a
+    term at the higher of its two inputs (a term the shipped encoder misses and the other finds comes in whole).
+    """
+
+    def __init__(self, own: Any, other: Any, weight: float, temperature: float, combine: str = "mean") -> None:
+        if combine not in COMBINE_MODES:
+            raise ValueError(f"combine {combine!r}: use one of {', '.join(COMBINE_MODES)}")
+        self.own, self.other, self.weight, self.temperature, self.combine = own, other, weight, temperature, combine
 
     def search_phrases(self, queries: np.ndarray, k: int, pool: int) -> list[list[tuple[str, list[float]]]]:
         half = queries.shape[1] // 2
@@ -54,14 +62,22 @@ class FusedPhrases:
             a = {key: soft_max(sims, self.temperature) for key, sims in a_hits}
             b = {key: soft_max(sims, self.temperature) for key, sims in b_hits}
             a_floor, b_floor = min(a.values(), default=0.0), min(b.values(), default=0.0)
-            merged = {key: (1 - self.weight) * a.get(key, a_floor) + self.weight * b.get(key, b_floor) for key in a | b}
+            if self.combine == "max":
+                merged = {key: max(a.get(key, a_floor), b.get(key, b_floor)) for key in a | b}
+            else:
+                merged = {key: (1 - self.weight) * a.get(key, a_floor) + self.weight * b.get(key, b_floor) for key in a | b}
             out.append(sorted(((key, [v]) for key, v in merged.items()), key=lambda kv: -kv[1][0]))
         return out
 
 
 @contextmanager
-def clause_encoder(phrase_dir: Path, spec: str, fuse: float | None = None, temperature: float = 0.05) -> Iterator[None]:
-    """Clause linking with another encoder's phrase vectors (or both encoders', ``fuse`` the other's weight)."""
+def clause_encoder(
+    phrase_dir: Path, spec: str, fuse: float | None = None, temperature: float = 0.05, combine: str = "mean"
+) -> Iterator[None]:
+    """Clause linking with another encoder's phrase vectors (or both encoders', ``fuse`` the other's weight,
+    ``combine`` how the two shortlists merge)."""
+    if combine not in COMBINE_MODES:
+        raise ValueError(f"combine {combine!r}: use one of {', '.join(COMBINE_MODES)}")
     from graphs.embedding.embedder import get_embedder
     from graphs.index.phrases import PhraseIndex
 
@@ -74,7 +90,7 @@ def clause_encoder(phrase_dir: Path, spec: str, fuse: float | None = None, tempe
         index_for = lambda bundle: phrases
         embed = lambda _embedder, clauses: own_embed(embedder, clauses)
     else:
-        index_for = lambda bundle: FusedPhrases(own_index(bundle), phrases, fuse, temperature)
+        index_for = lambda bundle: FusedPhrases(own_index(bundle), phrases, fuse, temperature, combine)
         embed = lambda own, clauses: np.hstack([own_embed(own, clauses), own_embed(embedder, clauses)])
     with patch.object(entities, "phrase_index_for", index_for), patch.object(entities, "embed_clauses", embed):
         yield
@@ -125,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clause-phrases", type=Path)
     parser.add_argument("--clause-embedder")
     parser.add_argument("--fuse", type=float)
+    parser.add_argument("--combine", choices=COMBINE_MODES, default="mean", help="how --fuse merges the two shortlists")
     parser.add_argument("--oracle", choices=ORACLE_MODES)
     parser.add_argument("--twins", type=Path)
     parser.add_argument("--vocabulary", help="the label whose links the oracle replaces")
@@ -140,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with ExitStack() as stack:
         if args.clause_phrases is not None:
-            stack.enter_context(clause_encoder(args.clause_phrases, args.clause_embedder, args.fuse))
+            stack.enter_context(clause_encoder(args.clause_phrases, args.clause_embedder, args.fuse, combine=args.combine))
         if args.oracle:
             bench = Path(eval_args[eval_args.index("--bench") + 1])
             stack.enter_context(oracle_links(gold_terms(bench, args.twins), args.vocabulary, args.oracle))

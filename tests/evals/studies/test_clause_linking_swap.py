@@ -29,6 +29,10 @@ def test_swapping_in_the_same_encoder_and_phrases_changes_no_link(catalog: Any) 
         assert _links(catalog) == before
     with clause_encoder(catalog.index_dir / "phrases", "minilm", fuse=0.5):
         assert _links(catalog) == before  # an encoder fused with itself ranks as it does alone
+    with clause_encoder(catalog.index_dir / "phrases", "minilm", fuse=0.5, combine="max"):
+        assert _links(catalog) == before  # and so does the union of its shortlist with itself
+    with pytest.raises(ValueError, match="combine"), clause_encoder(catalog.index_dir / "phrases", "minilm", 0.5, combine="sum"):
+        _links(catalog)
     assert _links(catalog) == before  # restored
 
 
