@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from unittest.mock import patch
 
 import numpy as np
@@ -38,7 +38,8 @@ from agent.linking.rescoring import soft_max
 from evals.studies.encoder_probe import align
 
 ORACLE_MODES = ("gold", "add", "keep")
-COMBINE_MODES = ("mean", "max")
+Combine = Literal["mean", "max"]
+COMBINE_MODES: tuple[str, ...] = get_args(Combine)
 
 
 class FusedPhrases:
@@ -48,9 +49,7 @@ class FusedPhrases:
     term at the higher of its two inputs (a term the shipped encoder misses and the other finds comes in whole).
     """
 
-    def __init__(self, own: Any, other: Any, weight: float, temperature: float, combine: str = "mean") -> None:
-        if combine not in COMBINE_MODES:
-            raise ValueError(f"combine {combine!r}: use one of {', '.join(COMBINE_MODES)}")
+    def __init__(self, own: Any, other: Any, weight: float, temperature: float, combine: Combine = "mean") -> None:
         self.own, self.other, self.weight, self.temperature, self.combine = own, other, weight, temperature, combine
 
     def search_phrases(self, queries: np.ndarray, k: int, pool: int) -> list[list[tuple[str, list[float]]]]:
@@ -72,7 +71,7 @@ class FusedPhrases:
 
 @contextmanager
 def clause_encoder(
-    phrase_dir: Path, spec: str, fuse: float | None = None, temperature: float = 0.05, combine: str = "mean"
+    phrase_dir: Path, spec: str, fuse: float | None = None, temperature: float = 0.05, combine: Combine = "mean"
 ) -> Iterator[None]:
     """Clause linking with another encoder's phrase vectors (or both encoders', ``fuse`` the other's weight,
     ``combine`` how the two shortlists merge)."""
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clause-phrases", type=Path)
     parser.add_argument("--clause-embedder")
     parser.add_argument("--fuse", type=float)
-    parser.add_argument("--combine", choices=COMBINE_MODES, default="mean", help="how --fuse merges the two shortlists")
+    parser.add_argument("--combine", choices=COMBINE_MODES, help="how --fuse merges the two shortlists [default: mean]")
     parser.add_argument("--oracle", choices=ORACLE_MODES)
     parser.add_argument("--twins", type=Path)
     parser.add_argument("--vocabulary", help="the label whose links the oracle replaces")
@@ -151,13 +150,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--clause-phrases and --clause-embedder go together")
     if args.fuse is not None and not 0.0 < args.fuse < 1.0:
         parser.error("--fuse is the other encoder's weight, between 0 and 1")
+    if args.combine is not None and args.fuse is None:
+        parser.error("--combine says how --fuse merges the two shortlists: give --fuse W with it")
     if args.oracle and (args.twins is None or args.vocabulary is None or "--bench" not in eval_args):
         parser.error("--oracle needs --twins, --vocabulary and the evaluation's --bench")
     from agent.cli import app
 
     with ExitStack() as stack:
         if args.clause_phrases is not None:
-            stack.enter_context(clause_encoder(args.clause_phrases, args.clause_embedder, args.fuse, combine=args.combine))
+            stack.enter_context(clause_encoder(args.clause_phrases, args.clause_embedder, args.fuse, combine=args.combine or "mean"))
         if args.oracle:
             bench = Path(eval_args[eval_args.index("--bench") + 1])
             stack.enter_context(oracle_links(gold_terms(bench, args.twins), args.vocabulary, args.oracle))

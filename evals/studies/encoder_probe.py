@@ -155,7 +155,10 @@ def main(argv: list[str] | None = None) -> None:
 
         for index_dir in args.index_dir:
             with IndexBundle.open(index_dir, store="none") as bundle:
-                res = linker_probe(bundle, items)
+                try:
+                    res = linker_probe(bundle, items)
+                except ValueError as exc:  # an index without phrase vectors: say so, no traceback
+                    parser.error(str(exc))
             print(json.dumps(res), flush=True)
             results.append(res)
     if args.out:

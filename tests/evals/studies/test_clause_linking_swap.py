@@ -11,7 +11,7 @@ import pytest
 
 from agent.config import AgentConfig
 from agent.linking.entities import EntityLinker
-from evals.studies.clause_linking_swap import clause_encoder, gold_terms, oracle_links
+from evals.studies.clause_linking_swap import clause_encoder, gold_terms, main, oracle_links
 from tests.paths import DATA
 
 QUESTION = json.loads((DATA / "clause_cases.json").read_text(encoding="utf-8"))["link"][0]["question"]
@@ -31,9 +31,17 @@ def test_swapping_in_the_same_encoder_and_phrases_changes_no_link(catalog: Any) 
         assert _links(catalog) == before  # an encoder fused with itself ranks as it does alone
     with clause_encoder(catalog.index_dir / "phrases", "minilm", fuse=0.5, combine="max"):
         assert _links(catalog) == before  # and so does the union of its shortlist with itself
-    with pytest.raises(ValueError, match="combine"), clause_encoder(catalog.index_dir / "phrases", "minilm", 0.5, combine="sum"):
+    unknown: Any = "sum"
+    with pytest.raises(ValueError, match="combine"), clause_encoder(catalog.index_dir / "phrases", "minilm", 0.5, combine=unknown):
         _links(catalog)
     assert _links(catalog) == before  # restored
+
+
+def test_combine_without_fuse_is_refused_with_what_to_add(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--combine", "max", "--", "--bench", "b.csv"])
+    assert exited.value.code == 2
+    assert "give --fuse W with it" in capsys.readouterr().err
 
 
 @pytest.mark.integration
