@@ -122,7 +122,9 @@ class PathPlanner(QuestionReader):
     """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
 
     def __init__(self, skb: SKB, embedder: Any, profile: Profile | None = None) -> None:
-        self.skb = skb
+        # held weakly: ``planner_for`` keeps planners in a WeakKeyDictionary keyed by the SKB, and a value that
+        # holds its key keeps it for ever -- every replaced build's SKB and the files it maps stayed open
+        self._skb = weakref.ref(skb)
         self.profile = profile or profile_for(skb)
         self.embedder = embedder
         self.max_hops = self.profile.planner.max_hops
@@ -176,6 +178,14 @@ class PathPlanner(QuestionReader):
                 ex_texts.append(mask_mention(ex.question, bracketed_mention(ex.question)))
         self._ex_paths = ex_paths
         self._ex_vecs = self._embed(ex_texts) if ex_texts else np.zeros((0, 1), dtype=np.float32)
+
+    @property
+    def skb(self) -> SKB:
+        skb = self._skb()
+        if skb is None:
+            raise ReferenceError("the graph this path planner was built for was released (its index was closed or "
+                                 "replaced); get the planner of the current graph with planner_for(bundle)")
+        return skb
 
     # -- schema ----------------------------------------------------------------------------
     def _typed(self, steps: Sequence[tuple[str, Direction]]) -> RelPath | None:
