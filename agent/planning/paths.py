@@ -121,10 +121,11 @@ def walk_query(start_label: str, path: Sequence[Hop], limit: int) -> str:
 class PathPlanner(QuestionReader):
     """Scores relation paths for a question and a topic node; one instance per SKB (see ``planner_for``)."""
 
-    def __init__(self, skb: SKB, embedder: Any, profile: Profile | None = None) -> None:
-        # held weakly: ``planner_for`` keeps planners in a WeakKeyDictionary keyed by the SKB, and a value that
-        # holds its key keeps it for ever -- every replaced build's SKB and the files it maps stayed open
+    def __init__(self, skb: SKB, embedder: Any, profile: Profile | None = None, *, hold: bool = True) -> None:
+        """``hold=False``: refer to ``skb`` weakly, for a cache keyed weakly by the SKB (``planner_for``): a value
+        that holds its key keeps it for ever, and every replaced build's SKB and the files it maps stayed open."""
         self._skb = weakref.ref(skb)
+        self._held: SKB | None = skb if hold else None
         self.profile = profile or profile_for(skb)
         self.embedder = embedder
         self.max_hops = self.profile.planner.max_hops
@@ -186,6 +187,11 @@ class PathPlanner(QuestionReader):
             raise ReferenceError("the graph this path planner was built for was released (its index was closed or "
                                  "replaced); get the planner of the current graph with planner_for(bundle)")
         return skb
+
+    @skb.setter
+    def skb(self, skb: SKB) -> None:
+        self._skb = weakref.ref(skb)
+        self._held = skb if self._held is not None else None
 
     # -- schema ----------------------------------------------------------------------------
     def _typed(self, steps: Sequence[tuple[str, Direction]]) -> RelPath | None:
@@ -387,7 +393,7 @@ def planner_for(bundle: Any) -> PathPlanner | None:
     with _PLANNERS_LOCK:
         planner = _PLANNERS.get(skb)
         if planner is None:
-            planner = _PLANNERS[skb] = PathPlanner(skb, bundle.embedder)
+            planner = _PLANNERS[skb] = PathPlanner(skb, bundle.embedder, hold=False)
         return planner
 
 
