@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from graphs.errors import LoaderError
 from graphs.skb.names import NAME_FIX, key_problem, name_problem
+from graphs.skb.storable import KEY_FIX, KEY_TRIMMED, PROPERTY_FIX, SHOWN, props_problem, store_key_problem
 
 Direction = Literal["out", "in"]
 
@@ -198,8 +199,8 @@ class SKB:
             raise LoaderError(source, "node has an empty key", record=record, fix="give every node a non-empty 'key'")
         problem = key_problem(node.key)
         if problem:
-            raise LoaderError(source, f"node key {node.key[:60]!r}... {problem}", record=record,
-                              fix="use a short unique id as the key")
+            shown = f"{node.key[:60]!r}{'...' if len(node.key) > 60 else ''}"
+            raise LoaderError(source, f"node key {shown} {problem}", record=record, fix=KEY_FIX)
         if node.key in self.nodes:
             other = self.nodes[node.key]
             raise LoaderError(
@@ -228,7 +229,8 @@ class SKB:
         self._out = self._in = None
 
     def validate(self, source: str = "<memory>") -> None:
-        """Refuse dangling edges (a store would silently drop them) and relation names no store can hold."""
+        """Refuse dangling edges (a store would silently drop them), relation names no store can hold, and keys,
+        property names and values a store would change (``graphs.skb.storable``)."""
         for rel in {edge.rel for edge in self.edges}:
             problem = name_problem(rel)
             if problem:
@@ -243,6 +245,33 @@ class SKB:
                         record=i,
                         fix="add the node or remove the edge",
                     )
+        self.check_storable(source)
+
+    def check_storable(self, source: str = "<memory>") -> None:
+        """Every key, property name and value a graph store holds exactly, or an error naming the first few."""
+        keys: list[str] = []
+        props: list[str] = []
+        names_ok: set[str] = set()
+        for key, node in self.nodes.items():
+            if "\x00" in key or "\x01" in key or key[:1] in KEY_TRIMMED or key[-1:] in KEY_TRIMMED:
+                problem = store_key_problem(key)
+                if problem:
+                    keys.append(f"node key {key[:60]!r} {problem}")
+            problem = props_problem(node.props, names_ok) if node.props else None
+            if problem:
+                props.append(f"node {key[:60]!r} ({node.label}): {problem}")
+        for edge in self.edges:
+            problem = props_problem(edge.props, names_ok) if edge.props else None
+            if problem:
+                props.append(f"edge {edge.src[:40]!r} -[{edge.rel}]-> {edge.dst[:40]!r}: {problem}")
+        found = keys + props
+        if found:
+            more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+            raise LoaderError(
+                source,
+                f"{len(found)} key(s) or value(s) the graph store cannot hold exactly: {'; '.join(found[:SHOWN])}{more}",
+                fix="; ".join(([KEY_FIX] if keys else []) + ([PROPERTY_FIX] if props else [])),
+            )
 
     # -- access ---------------------------------------------------------------
     def labels(self) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from graphs.skb.storable import store_key_problem
+
 _BAD = re.compile(r"[`\x00-\x1f\x7f]")
 
 
@@ -30,6 +32,9 @@ MAX_KEY_BYTES = 4096
 
 def key_problem(key: str) -> str | None:
     """Why ``key`` cannot be a node key, or None when it can (cheap for the usual short key)."""
+    problem = store_key_problem(key)
+    if problem:
+        return problem
     if len(key) * 4 <= MAX_KEY_BYTES:
         return None
     size = len(key.encode("utf-8", "surrogatepass"))

@@ -19,6 +19,7 @@ from graphs.errors import CypherValidationError, StoreError
 from graphs.skb.model import SKB, GraphSchema
 from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggregation_query, aggregation_rows
 from graphs.store.cypher_guard import check_params, check_read_only, check_resources
+from graphs.store.load_check import load_mismatches, mismatch_message
 from graphs.store.props import (
     batched,
     edge_rows_by_pattern,
@@ -277,6 +278,7 @@ class CypherStore(GraphStore):
                 progress(0, total)
             self._create_key_indexes(sorted(node_rows))
             if self._load_native(node_rows, edge_rows, progress, total):
+                self._check_load(node_rows, edge_rows)
                 self._after_load()
                 self._invalidate()
                 return
@@ -320,8 +322,17 @@ class CypherStore(GraphStore):
                 done += expected
                 if progress:
                     progress(done, total)
+            self._check_load(node_rows, edge_rows)
             self._after_load()
             self._invalidate()
+
+    def _check_load(
+        self, node_rows: dict[str, list[dict[str, Any]]], edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]]
+    ) -> None:
+        """Keyed lookups and edges of a sample of the nodes read back (``graphs.store.load_check``)."""
+        wrong = load_mismatches(self._read, node_rows, edge_rows)
+        if wrong:
+            raise StoreError(mismatch_message(wrong, f"the {type(self).__name__}"))
 
     def _load_native(
         self,

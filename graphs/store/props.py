@@ -15,6 +15,7 @@ from typing import Any
 
 from graphs.errors import LoaderError
 from graphs.skb.model import SKB, LabelInfo, PropertyInfo, RelationInfo, value_type_name
+from graphs.skb.storable import INT64_MAX, INT64_MIN, store_key_problem, value_problem
 
 Scalar = str | int | float | bool
 
@@ -24,19 +25,12 @@ def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+class _Unstorable(ValueError):
+    """A key, property name or value no store holds exactly (``graphs.skb.storable``)."""
+
+
 def _finite(value: Any) -> bool:
     return not (isinstance(value, float) and not math.isfinite(value))
-
-
-def clean_text(text: str) -> str:
-    """FalkorDB's query parser stops at NUL: a NUL inside a parameter string fails the whole batch."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-def store_name(name: str) -> str | None:
-    """A property name FalkorDB's parameter header accepts (no backticks, not empty); None drops it."""
-    cleaned = clean_text(str(name).replace("`", "'"))
-    return cleaned or None
 
 
 def _scalar_or_json(value: Any) -> Scalar:
@@ -53,12 +47,15 @@ def store_value(value: Any) -> Scalar | list[Scalar] | None:
     """
     if value is None or not _finite(value):
         return None  # NaN/inf have no Cypher literal; treated like a missing value
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, (bool, int, float)):
+    kind = type(value)
+    if (kind is str and "\x00" in value) or (kind is int and not INT64_MIN <= value <= INT64_MAX):
+        raise _Unstorable
+    if isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [clean_text(v) if isinstance(v, str) else v for v in value if v is not None and _finite(v)]
+        if value_problem(value):
+            raise _Unstorable
+        items = [v for v in value if v is not None and _finite(v)]
         if all(isinstance(v, str) for v in items) or all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in items
         ):
@@ -72,18 +69,33 @@ def store_value(value: Any) -> Scalar | list[Scalar] | None:
 
 
 def store_props(props: dict[str, Any], *, key: str | None = None) -> dict[str, Any]:
-    """Sanitised copy of a property map, with `key` forced to the node key when given."""
+    """The property map as stored, with `key` forced to the node key when given. Names are kept as they are:
+    what no store holds exactly raises ``_Unstorable`` (names were rewritten, and two became one; NUL became
+    U+FFFD; integers were clamped), and the rows below then raise ``SKB.check_storable``'s error naming them."""
     out: dict[str, Any] = {}
     if key is not None:
-        out["key"] = clean_text(key)
+        if store_key_problem(key):
+            raise _Unstorable
+        out["key"] = key
     for name, value in props.items():
         if key is not None and name == "key":
             continue
+        if type(name) is not str or not name or "`" in name or "\x00" in name:
+            raise _Unstorable
         converted = store_value(value)
-        cleaned = store_name(name)
-        if converted is not None and cleaned is not None:
-            out[cleaned] = converted
+        if converted is not None:
+            out[name] = converted
     return out
+
+
+def _refusal(skb: SKB) -> LoaderError:
+    """The error naming what in ``skb`` no store holds exactly, in the words ``SKB.validate`` uses."""
+    try:
+        skb.check_storable(f"graph {skb.name!r}")
+    except LoaderError as exc:
+        return exc
+    return LoaderError(f"graph {skb.name!r}", "holds a key or value the graph store cannot hold exactly",
+                       fix="run skb.validate() to see which")  # fmt: skip
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -95,8 +107,11 @@ def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
     """Per label, rows of the form {"props": {...}} ready for `UNWIND $rows AS r ... SET n = r.props`."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for node in skb.nodes.values():
-        rows[node.label].append({"props": store_props(node.props, key=node.key)})
+    try:
+        for node in skb.nodes.values():
+            rows[node.label].append({"props": store_props(node.props, key=node.key)})
+    except _Unstorable:
+        raise _refusal(skb) from None
     return dict(rows)
 
 
@@ -114,9 +129,11 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
                 record=i,
                 fix="call skb.validate() before loading, and add the node or drop the edge",
             )
-        rows[(edge.rel, src.label, dst.label)].append(
-            {"s": clean_text(edge.src), "d": clean_text(edge.dst), "p": store_props(edge.props)}
-        )
+        try:
+            props = store_props(edge.props)
+        except _Unstorable:
+            raise _refusal(skb) from None
+        rows[(edge.rel, src.label, dst.label)].append({"s": edge.src, "d": edge.dst, "p": props})
     return dict(rows)
 
 

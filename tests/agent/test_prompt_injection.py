@@ -32,7 +32,7 @@ from tests.reliability_support import corpus, graph_fingerprint, within
 
 pytestmark = pytest.mark.integration
 
-#: NUL cannot be stored by the FalkorDB loader today (see test_nul_in_node_text_fails_the_build_cleanly).
+#: No graph store holds a NUL: a build refuses it (see test_nul_in_node_text_fails_the_build_cleanly).
 NODE_TEXTS = [e for e in corpus("node") if "\x00" not in e["text"]]
 
 
@@ -231,22 +231,18 @@ def test_offline_agent_over_hostile_graph_and_questions(
 
 
 def test_nul_in_node_text_fails_the_build_cleanly_and_keeps_the_previous_index(tmp_path: Path) -> None:
-    """FalkorDB's query parser stops at NUL, so the loader cannot store such a property today.
-    The build must fail with a clear SKBError (or, once the store strips NUL, succeed) and never
-    leave a broken index behind."""
-    from graphs.errors import SKBError
+    """No graph store holds a NUL in text (FalkorDB's strings end there), and the store used to turn it into
+    U+FFFD, so the store and the in-process graph disagreed. The build refuses it naming the node and the
+    property, and leaves the previous index as it was."""
+    from graphs.errors import LoaderError
 
     index_dir = tmp_path / "index"
     build_index(injection_skb([]), index_dir, IndexConfig(dataset="plain", store="none"))
     nul = [e for e in corpus("node") if "\x00" in e["text"]]
     assert nul
-    try:
+    with pytest.raises(LoaderError, match="NUL character") as refused:
         build_index(injection_skb(nul), index_dir, IndexConfig(dataset="nul"))
-    except SKBError as exc:
-        assert "FalkorDB" in str(exc)
-        with IndexBundle.open(index_dir) as bundle:
-            assert bundle.manifest.dataset == "plain" and bundle.search("seizure", mode="bm25")
-    else:
-        with IndexBundle.open(index_dir) as bundle:
-            assert bundle.manifest.dataset == "nul" and bundle.store.count_nodes() == len(bundle.skb.nodes)
+    assert "property " in str(refused.value) and "fix:" in str(refused.value)
+    with IndexBundle.open(index_dir) as bundle:
+        assert bundle.manifest.dataset == "plain" and bundle.search("seizure", mode="bm25")
     assert not list(tmp_path.glob(".index.tmp-*"))

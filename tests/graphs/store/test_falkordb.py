@@ -328,7 +328,7 @@ def test_attached_store_takes_over_when_the_owner_stops(tmp_path: Path) -> None:
 def test_awkward_values_round_trip(server: FalkorDBServer) -> None:
     weird = "line1\nline2\t\"dq\" 'sq' back\\slash ünïcødé 😀 $x {`a`}"
     skb = SKB("weird")
-    skb.add_node(Node('k"1\\', "A", {"name": weird, "odd key-@": 1, "nan": float("nan"), "`tick": "t", "": "e"}))
+    skb.add_node(Node('k"1\\', "A", {"name": weird, "odd key-@": 1, "nan": float("nan"), "'tick": "t"}))
     skb.add_node(Node("k2", "A", {"name": "plain", "nested": [[1, 2], [3]]}))
     skb.add_edge(Edge('k"1\\', "R", "k2", {"w": weird}))
     st = FalkorDBStore(server.data_dir, graph_name="weird", server=server)
@@ -339,6 +339,10 @@ def test_awkward_values_round_trip(server: FalkorDBServer) -> None:
     assert [t.props["w"] for t in st.neighbors(["k2"])] == [weird]
     with pytest.raises(CypherValidationError, match="parameters"):
         st.query("RETURN $p", {"p": {"": 1}})
+    # names no parameter map carries were rewritten (a backtick to a quote) or dropped (""): now refused by name
+    skb.nodes["k2"].props.update({"`tick": "t", "": "e"})
+    with pytest.raises(LoaderError, match="'`tick' has a backtick .*'' has an empty name"):
+        st.load(skb)
 
 
 def test_sigterm_to_the_owner_stops_its_server(tmp_path: Path) -> None:
