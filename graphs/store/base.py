@@ -330,7 +330,7 @@ class CypherStore(GraphStore):
         self, node_rows: dict[str, list[dict[str, Any]]], edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]]
     ) -> None:
         """Keyed lookups and edges of a sample of the nodes read back (``graphs.store.load_check``)."""
-        wrong = load_mismatches(self._read, node_rows, edge_rows)
+        wrong = load_mismatches(self._read, node_rows, edge_rows, union=self._union_all)
         if wrong:
             raise StoreError(mismatch_message(wrong, f"the {type(self).__name__}"))
 

@@ -60,13 +60,38 @@ def sample(node_rows: dict[str, list[dict[str, Any]]], size: int = SAMPLE_NODES)
     return picked
 
 
+UNION_BRANCHES = 32
+"""Labels whose lookups one round trip carries (``UNION ALL``): a sample spread over thousands of labels."""
+
+
+def _read_by_label(read: Read, union: bool, by_label: dict[str, list[str]], pattern: str, columns: str) -> list[Any]:
+    """Rows of ``UNWIND keys AS k MATCH (n:Label {key: k})<pattern> RETURN k AS k, <columns>`` for every
+    label's keys; several labels per round trip where the store allows ``UNION ALL``. The rows are told apart
+    by ``k`` alone: a key belongs to one node."""
+    branches = [
+        (f"UNWIND $k{i} AS k MATCH (n:{quote_name(label)} {{key: k}}){pattern} RETURN k AS k, {columns}", {f"k{i}": keys})
+        for i, (label, keys) in enumerate(sorted(by_label.items())) if keys
+    ]  # fmt: skip
+    group = UNION_BRANCHES if union else 1
+    rows: list[Any] = []
+    for start in range(0, len(branches), group):
+        part = branches[start : start + group]
+        params: dict[str, Any] = {}
+        for _, branch_params in part:
+            params |= branch_params
+        rows.extend(read(" UNION ALL ".join(cypher for cypher, _ in part), params))
+    return rows
+
+
 def load_mismatches(
     read: Read,
     node_rows: dict[str, list[dict[str, Any]]],
     edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
     size: int = SAMPLE_NODES,
+    union: bool = True,
 ) -> list[str]:
-    """What the store answers differently from what was written, for a sample of the nodes; [] when nothing."""
+    """What the store answers differently from what was written, for a sample of the nodes; [] when nothing.
+    ``union``: whether the store runs ``UNION ALL`` (several labels' lookups in one round trip)."""
     picked = sample(node_rows, size)
     keys = {row["props"]["key"] for rows in picked.values() for row in rows}
     written: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
@@ -74,13 +99,23 @@ def load_mismatches(
         for row in rows:
             if row["s"] in keys:
                 written[row["s"]].append((rel, row["d"], _canonical(row["p"])))
+    label_of = {row["props"]["key"]: label for label, rows in picked.items() for row in rows}
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    wanted = {label: [row["props"]["key"] for row in rows] for label, rows in picked.items()}
+    for key, props in _read_by_label(read, union, wanted, "", "properties(n) AS p"):
+        found[str(key)].append(dict(props or {}))
+    small = {label: [k for k in ks if len(written.get(k, ())) <= EDGES_READ] for label, ks in wanted.items()}
+    hubs = {label: [k for k in ks if len(written.get(k, ())) > EDGES_READ] for label, ks in wanted.items()}
+    stored: dict[str, Counter[tuple[str, str, str]]] = defaultdict(Counter)
+    for key, rel, dst, props in _read_by_label(
+        read, union, small, "-[e]->(m)", "type(e) AS t, m.key AS d, properties(e) AS p"
+    ):
+        stored[str(key)][(str(rel), str(dst), _canonical(dict(props or {})))] += 1
+    counts = {str(key): stored[str(key)].total() for key in keys if key in stored}
+    for key, count in _read_by_label(read, union, hubs, "-[e]->()", "count(e) AS c"):
+        counts[str(key)] = int(count)
     wrong: list[str] = []
     for label, rows in picked.items():
-        wanted = [row["props"]["key"] for row in rows]
-        node = f"(n:{quote_name(label)} {{key: k}})"
-        found: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for key, props in read(f"UNWIND $keys AS k MATCH {node} RETURN k, properties(n)", {"keys": wanted}):
-            found[str(key)].append(dict(props or {}))
         for row in rows:
             key = row["props"]["key"]
             got = found.get(key, [])
@@ -88,24 +123,13 @@ def load_mismatches(
                 wrong.append(f"a lookup of {label} key {key[:60]!r} finds {len(got)} nodes, not 1")
             elif _canonical(got[0]) != _canonical(row["props"]):
                 wrong.append(f"node {key[:60]!r} ({label}) was stored with other properties than written")
-        counts = {
-            str(key): int(count)
-            for key, count in read(f"UNWIND $keys AS k MATCH {node}-[e]->() RETURN k, count(e)", {"keys": wanted})
-        }
-        small = [key for key in wanted if len(written.get(key, ())) <= EDGES_READ]
-        stored: dict[str, Counter[tuple[str, str, str]]] = defaultdict(Counter)
-        if small:
-            edges = read(
-                f"UNWIND $keys AS k MATCH {node}-[e]->(m) RETURN k, type(e), m.key, properties(e)", {"keys": small}
-            )
-            for key, rel, dst, props in edges:
-                stored[str(key)][(str(rel), str(dst), _canonical(dict(props or {})))] += 1
-        for key in wanted:
-            if counts.get(key, 0) != len(written.get(key, ())):
-                wrong.append(f"node {key[:60]!r} ({label}) has {counts.get(key, 0)} outgoing edges stored, "
-                             f"{len(written.get(key, ()))} written")  # fmt: skip
-            elif key in small and stored[key] != Counter(written.get(key, ())):
-                wrong.append(f"the outgoing edges of {key[:60]!r} ({label}) were stored other than written")
+    for key in sorted(keys, key=lambda k: (label_of[k], k)):
+        label, expected = label_of[key], written.get(key, [])
+        if counts.get(key, 0) != len(expected):
+            wrong.append(f"node {key[:60]!r} ({label}) has {counts.get(key, 0)} outgoing edges stored, "
+                         f"{len(expected)} written")  # fmt: skip
+        elif len(expected) <= EDGES_READ and stored[key] != Counter(expected):
+            wrong.append(f"the outgoing edges of {key[:60]!r} ({label}) were stored other than written")
     return wrong
 
 
