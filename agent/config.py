@@ -455,6 +455,7 @@ def describe_errors(exc: ValidationError) -> str:
 # -- where the API key may go -------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)  # every node of every run validates the config again
 def endpoint_origin(url: str) -> tuple[str, int]:
     """``(host, port)`` of an http(s) endpoint URL (the default port of its scheme when none is written);
     ValueError naming what is wrong otherwise."""
