@@ -295,13 +295,6 @@ class AgentConfig(BaseModel):
             raise ValueError(f"a property name that {problem} cannot be quoted in a query")
         return value
 
-    @field_validator("base_url")
-    @classmethod
-    def _endpoint_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            endpoint_origin(value)  # raises ValueError naming what is wrong
-        return value
-
     def scoring_overrides(self) -> dict[str, float]:
         """The ontology-scoring weights set here (the rest come from the domain profile)."""
         values = {"frequency_mix": self.frequency_mix, "size_penalty": self.size_penalty,
@@ -481,8 +474,16 @@ def check_run_endpoint(url: str | None, served: str | None) -> None:
     that could set it would receive the key."""
     if url is None:
         return  # the operator's environment decides (OPENAI_BASE_URL or the OpenAI API)
-    host, port = endpoint_origin(url)
-    operator = {endpoint_origin(u) for u in (served, os.environ.get("OPENAI_BASE_URL") or DEFAULT_ENDPOINT) if u}
+    try:
+        host, port = endpoint_origin(url)
+    except ValueError as exc:
+        raise ConfigError(f"base_url {url[:80]!r} {exc}") from exc
+    operator = set()
+    for configured in (served, os.environ.get("OPENAI_BASE_URL") or DEFAULT_ENDPOINT):
+        try:
+            operator.add(endpoint_origin(configured or ""))
+        except ValueError:
+            continue  # not an endpoint at all: the operator's client fails on it, and a run matches nothing
     if (host, port) in operator:
         return
     for entry in _allowed_entries():

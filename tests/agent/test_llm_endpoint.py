@@ -89,3 +89,11 @@ def test_the_operator_may_set_any_endpoint_in_the_config_itself(attacker: Stub) 
         AgentConfig().with_overrides({"base_url": attacker.url})
     with pytest.raises(ConfigError, match="base_url"):
         AgentConfig().with_overrides({"base_url": "file:///etc/passwd"})
+
+
+def test_an_operator_endpoint_that_is_no_url_breaks_no_offline_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "localhost:8000")  # no scheme: only an LLM call would fail on it
+    config = AgentConfig().with_overrides({"k": 3})
+    assert config.k == 3 and config.base_url == "localhost:8000"
+    with pytest.raises(ConfigError, match="base_url other.example:80 is not an endpoint the operator configured"):
+        config.with_overrides({"base_url": "http://other.example/v1"})
