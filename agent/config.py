@@ -16,11 +16,13 @@ import functools
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.linking.settings import ClauseSettings
 from graphs.errors import ConfigError
+from graphs.skb.names import name_problem
 
 ExpandPolicy = Literal["always", "skip-when-explicit-edges", "never"]
 PlannerKind = Literal["offline", "openai"]
@@ -28,11 +30,24 @@ PlannerMode = Literal["loop", "plan-once", "guided"]
 StructuredOutput = Literal["tool", "text"]
 SemanticNet = Literal["always", "as-needed", "never"]
 
+#: Operator setting: hosts (``host`` or ``host:port``, comma-separated) a run may name in ``base_url`` besides the
+#: operator's own endpoint (OPENAI_BASE_URL, or the OpenAI API when it is unset, and the served config's base_url).
+ALLOWED_HOSTS_ENV = "SKB_LLM_ALLOWED_HOSTS"
+#: Where the OpenAI client sends requests when no base_url is configured.
+DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+
+
+#: The longest per-query Cypher timeout the managed graph server accepts (its TIMEOUT_MAX,
+#: ``graphs.store.falkordb_server.TIMEOUT_MAX_MS``; not imported: an offline ask loads no store client).
+CYPHER_TIMEOUT_MAX_MS = 600_000
+
 
 class AgentConfig(BaseModel):
     """Knobs of the retrieval agent. Field names double as ``configurable`` keys."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No float setting may be infinite or NaN (an infinite timeout overflowed every LLM call); every int has
+    # an upper bound (a 400-digit number is a mistake, not a setting).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     k: int = Field(default=20, ge=1, le=1000, description="seed context size (top-k from planning/acting)")
     k_prime: int = Field(default=10, ge=0, le=1000, description="SAGE expansion size (k')")
@@ -92,14 +107,23 @@ class AgentConfig(BaseModel):
         "offline planner); openai -- the configured OpenAI-compatible model (model, base_url) even when the planner is "
         "offline: a deterministic plan and the LLM only to refine it (one call fewer per question than plan-once)",
     )
-    model: str = Field(default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"))
-    base_url: str | None = Field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None)
+    model: str = Field(
+        default_factory=lambda: os.environ.get("SKB_OPENAI_MODEL", "gpt-4o-mini"), min_length=1, max_length=200
+    )
+    base_url: str | None = Field(
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None,
+        max_length=2000,
+        description="the OpenAI-compatible endpoint (default: OPENAI_BASE_URL); the server's OPENAI_API_KEY goes "
+        f"there, so a run's configurable may only name the operator's endpoint or a host listed in {ALLOWED_HOSTS_ENV}",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_repairs: int = Field(default=2, ge=0, le=10, description="invalid tool-call rounds fed back to the model")
-    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_timeout_s: float = Field(default=60.0, gt=0, le=3600.0)
     llm_attempts: int = Field(default=4, ge=1, le=10, description="tries per LLM call on transient API errors")
-    llm_backoff_initial_s: float = Field(default=1.0, gt=0, description="first retry wait; doubles per attempt")
-    llm_backoff_max_s: float = Field(default=20.0, gt=0)
+    llm_backoff_initial_s: float = Field(
+        default=1.0, gt=0, le=600.0, description="first retry wait; doubles per attempt"
+    )
+    llm_backoff_max_s: float = Field(default=20.0, gt=0, le=3600.0)
     degrade_to_offline: bool = Field(
         default=True,
         description="when the LLM planner keeps failing (down, slow, rate-limited, garbage replies), finish the run "
@@ -139,17 +163,22 @@ class AgentConfig(BaseModel):
     plan_prompt_tokens: int = Field(
         default=3000, ge=300, le=100_000, description="token budget (real tokens, graphs.tokens) of the plan prompt, tool schema included"
     )
-    max_llm_calls: int | None = Field(default=None, ge=1, description="LLM calls per question (None: no limit)")
+    max_llm_calls: int | None = Field(
+        default=None, ge=1, le=100_000, description="LLM calls per question (None: no limit)"
+    )
     max_prompt_tokens: int | None = Field(
-        default=None, ge=1, description="prompt tokens per question, all LLM calls together (None: no limit)"
+        default=None, ge=1, le=10**9, description="prompt tokens per question, all LLM calls together (None: no limit)"
     )
     max_wall_s: float | None = Field(
-        default=None, gt=0, description="wall time per question in seconds; LLM calls stop when it is spent"
+        default=None, gt=0, le=86_400.0, description="wall time per question in seconds; LLM calls stop when it is spent"
     )
     max_question_chars: int = Field(
-        default=20_000, ge=1, description="longest question accepted; longer ones are a ConfigError, not a slow run"
+        default=20_000, ge=1, le=10_000_000,
+        description="longest question accepted; longer ones are a ConfigError, not a slow run",
     )
-    cypher_timeout_ms: int = Field(default=5000, ge=1)
+    cypher_timeout_ms: int = Field(
+        default=5000, ge=1, le=CYPHER_TIMEOUT_MAX_MS, description="per-query timeout of Cypher calls (the graph server's cap)"
+    )
     cypher_max_rows: int = Field(default=200, ge=1, le=10000)
     tool_output_tokens: int = Field(
         default=1500,
@@ -159,7 +188,9 @@ class AgentConfig(BaseModel):
         "stays the artifact",
     )
     edge_weight_property: str | None = Field(
-        default=None, description="numeric edge property search_nodes sums per neighbour (None: no weight)"
+        default=None, min_length=1, max_length=200,
+        description="numeric edge property search_nodes sums per neighbour (None: no weight); a property name "
+        "without backticks or control characters",
     )
     max_parallel_tools: int = Field(
         default=8, ge=1, le=64, description="tool calls of one planner round run at once (they are independent)"
@@ -256,6 +287,14 @@ class AgentConfig(BaseModel):
         "and of a fuzzy or embedding link = its score ** power; 0 ignores link confidence (every link counts fully)",
     )
 
+    @field_validator("edge_weight_property")
+    @classmethod
+    def _property_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else name_problem(value)
+        if problem is not None:
+            raise ValueError(f"a property name that {problem} cannot be quoted in a query")
+        return value
+
     def scoring_overrides(self) -> dict[str, float]:
         """The ontology-scoring weights set here (the rest come from the domain profile)."""
         values = {"frequency_mix": self.frequency_mix, "size_penalty": self.size_penalty,
@@ -293,22 +332,32 @@ class AgentConfig(BaseModel):
         dotted = [f"{section}.{key}" for section, keys in cls.sections().items() for key in keys]
         return sorted([*cls.model_fields, *dotted])
 
-    def with_overrides(self, overrides: Mapping[str, Any] | None, *, runtime_keys: bool = True) -> AgentConfig:
+    def with_overrides(
+        self, overrides: Mapping[str, Any] | None, *, runtime_keys: bool = True, trusted: bool = False
+    ) -> AgentConfig:
         """This config with ``overrides`` applied: field names, dotted section names (``clause.candidates``)
         or sections (``{"clause": {"candidates": 3}}``). A name that is none of these is a ConfigError
         listing the valid ones (a typo must not silently keep the default), except the entries LangGraph
         and LangChain keep in ``configurable`` beside ours (``thread_id``, ``checkpoint_*``, ``langgraph_*``,
         ``__...``) and the retriever's call settings (``CALLER_KEYS``), skipped unless ``runtime_keys`` is
-        False (the CLI's ``--set``: there every name must be a setting)."""
+        False (the CLI's ``--set``: there every name must be a setting).
+
+        ``trusted``: the overrides are the operator's (``skb ask --set``, a constructor), who may point the
+        model anywhere. Otherwise they come from a run (a client's ``configurable``) and a ``base_url`` that
+        changes where the server's API key goes is refused unless the operator allowed its host
+        (``check_run_endpoint``). Out-of-range values are a ConfigError naming the setting and its range."""
         if not overrides:
             return self
         known = _flat_overrides(type(self), overrides, runtime_keys)
         if not known:
             return self
         try:
-            return type(self).model_validate({**self.model_dump(), **known})
+            updated = type(self).model_validate({**self.model_dump(), **known})
         except ValidationError as exc:
-            raise ConfigError(f"invalid agent setting in configurable {sorted(known)}: {exc}") from exc
+            raise ConfigError(f"invalid agent setting(s): {describe_errors(exc)}") from exc
+        if not trusted and updated.base_url != self.base_url:
+            check_run_endpoint(updated.base_url, self.base_url)
+        return updated
 
 
 #: Prefixes of field names that form a section (``clause_candidates`` -> ``clause.candidates``).
@@ -327,6 +376,11 @@ RUNTIME_KEYS = frozenset({"thread_id", "checkpoint_id", "checkpoint_ns", "checkp
                           "graph_id", "user_id"})
 RUNTIME_PREFIXES = ("__", "langgraph_", "langsmith", "checkpoint_", "x-")
 CALLER_KEYS = frozenset({"mode", "label", "fusion"})
+
+
+def is_runtime_key(key: str) -> bool:
+    """An entry LangGraph or LangChain keeps in ``configurable`` beside the settings (not one of ours)."""
+    return key in RUNTIME_KEYS or key.startswith(RUNTIME_PREFIXES)
 
 
 @functools.lru_cache(maxsize=8)
@@ -364,7 +418,7 @@ def _flat_overrides(cls: type[AgentConfig], overrides: Mapping[str, Any], runtim
                 unknown.append(key)
             else:
                 known[field] = value
-        elif runtime_keys and (key in RUNTIME_KEYS or key in CALLER_KEYS or key.startswith(RUNTIME_PREFIXES)):
+        elif runtime_keys and (key in CALLER_KEYS or is_runtime_key(key)):
             continue
         else:
             unknown.append(key)
@@ -374,3 +428,70 @@ def _flat_overrides(cls: type[AgentConfig], overrides: Mapping[str, Any], runtim
             "(fields, or section.key)"
         )
     return known
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """A ValidationError as ``setting: what is allowed (got <value, cut short>)``, one per bad setting."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error.get("loc", ())) or "(settings)"
+        value = error.get("input")
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+            got = f"a number of about {int(value.bit_length() * 0.30103)} digits"  # repr() refuses past 4300
+        else:
+            text = repr(value)
+            got = text if len(text) <= 60 else text[:40] + f"... ({len(text)} characters)"
+        parts.append(f"{where}: {error.get('msg', 'invalid')} (got {got})")
+    return "; ".join(parts)
+
+
+# -- where the API key may go -------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)  # every node of every run validates the config again
+def endpoint_origin(url: str) -> tuple[str, int]:
+    """``(host, port)`` of an http(s) endpoint URL (the default port of its scheme when none is written);
+    ValueError naming what is wrong otherwise."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"not an endpoint URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host (e.g. https://api.openai.com/v1)")
+    return parts.hostname.lower().rstrip("."), port if port is not None else (443 if parts.scheme == "https" else 80)
+
+
+def _allowed_entries() -> list[str]:
+    return [e.strip().lower() for e in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if e.strip()]
+
+
+def check_run_endpoint(url: str | None, served: str | None) -> None:
+    """Refuse a run's ``base_url`` unless it is the operator's endpoint (``served``, the config the graph was
+    built with; OPENAI_BASE_URL; the OpenAI API when that is unset) or its host is listed in ALLOWED_HOSTS_ENV.
+
+    Why: the client sends the server's OPENAI_API_KEY as a bearer token to whatever base_url says; a client
+    that could set it would receive the key."""
+    if url is None:
+        return  # the operator's environment decides (OPENAI_BASE_URL or the OpenAI API)
+    try:
+        host, port = endpoint_origin(url)
+    except ValueError as exc:
+        raise ConfigError(f"base_url {url[:80]!r} {exc}") from exc
+    operator = set()
+    for configured in (served, os.environ.get("OPENAI_BASE_URL") or DEFAULT_ENDPOINT):
+        try:
+            operator.add(endpoint_origin(configured or ""))
+        except ValueError:
+            continue  # not an endpoint at all: the operator's client fails on it, and a run matches nothing
+    if (host, port) in operator:
+        return
+    for entry in _allowed_entries():
+        name, _, entry_port = entry.rpartition(":") if entry.rsplit(":", 1)[-1].isdigit() else (entry, "", "")
+        if name.strip("[]") == host and (not entry_port or int(entry_port) == port):
+            return
+    raise ConfigError(
+        f"base_url {host}:{port} is not an endpoint the operator configured: a run may not send the server's API "
+        f"key to another host. The operator can allow it by listing the host (host or host:port) in "
+        f"{ALLOWED_HOSTS_ENV}, or set OPENAI_BASE_URL"
+    )

@@ -239,7 +239,7 @@ def _noop(stage: str, done: int, total: int) -> None:
 def build_index(
     skb: SKB, index_dir: Path, config: IndexConfig | None = None, progress: StageProgress | None = None
 ) -> BuildSummary:
-    from graphs.embedding.embedder import embed_all, get_embedder
+    from graphs.embedding.embedder import check_embedder, embed_all, get_embedder
     from graphs.index.bm25 import BM25Index
     from graphs.index.hnsw import HNSWIndex, HNSWParams
     from graphs.loaders.jsonl import write_jsonl
@@ -303,6 +303,7 @@ def build_index(
                 missing.append("phrases")
         else:
             t0 = time.perf_counter()
+            check_embedder(embedder, embedder_spec)  # opened even when every vector below comes from the cache
             vectors = embed_all(embedder, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
             timings["embed"] = time.perf_counter() - t0
 

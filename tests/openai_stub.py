@@ -2,11 +2,14 @@
 
 ``openai_stub`` (a pytest fixture, registered in conftest.py) starts it on a free port, sets
 OPENAI_API_KEY and OPENAI_BASE_URL, and plays back ``stub.replies`` in order: (status, json)
-pairs or callables that build one from the request body. Every request is kept in ``stub.requests``.
+pairs or callables that build one from the request body. Every request is kept in ``stub.requests``
+(path, body and headers, names lowercased: a test can see which API key reached which server). ``serve_stub`` starts
+another one without touching the environment (a host the operator did not configure).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -48,8 +51,9 @@ RATE_LIMITED = (429, {"error": {"message": "rate limited, slow down", "type": "r
 UNAVAILABLE = (503, {"error": {"message": "overloaded", "type": "server_error", "code": None}})
 
 
-@pytest.fixture()
-def openai_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
+@contextlib.contextmanager
+def serve_stub() -> Iterator[Stub]:
+    """A stub server on 127.0.0.1 (a free port) for as long as the block runs."""
     state = Stub(url="")
     lock = threading.Lock()
 
@@ -57,7 +61,7 @@ def openai_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with lock:
-                state.requests.append({"path": self.path, "body": body})
+                state.requests.append({"path": self.path, "body": body, "headers": {k.lower(): v for k, v in self.headers.items()}})
                 reply = state.replies.pop(0) if state.replies else (500, {"error": {"message": "script exhausted"}})
             status, payload = reply(body) if callable(reply) else reply
             data = json.dumps(payload).encode()
@@ -76,10 +80,17 @@ def openai_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-stub")
-    monkeypatch.setenv("OPENAI_BASE_URL", state.url)
     try:
         yield state
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture()
+def openai_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
+    """A stub server configured as the operator's endpoint (OPENAI_BASE_URL, OPENAI_API_KEY)."""
+    with serve_stub() as state:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-stub")
+        monkeypatch.setenv("OPENAI_BASE_URL", state.url)
+        yield state

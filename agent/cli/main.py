@@ -126,7 +126,7 @@ def ask_command(
     """Ask a question; prints the ranked k + k' context with provenance and the answer."""
     from pydantic import ValidationError
 
-    from agent.config import AgentConfig
+    from agent.config import AgentConfig, describe_errors
     from graphs.bundle import IndexBundle
     from graphs.errors import ConfigError
 
@@ -153,9 +153,9 @@ def ask_command(
         try:
             config = AgentConfig.model_validate(settings)
         except ValidationError as exc:
-            raise ConfigError(f"invalid option: {exc}") from exc
+            raise ConfigError(f"invalid option: {describe_errors(exc)}") from exc
         if set_:
-            config = config.with_overrides(parse_settings(set_), runtime_keys=False)
+            config = config.with_overrides(parse_settings(set_), runtime_keys=False, trusted=True)
         with _startup_heap():
             bundle = IndexBundle.open(index_dir)
             bundle.warm_up()  # the embedder and graph server start while the agent's modules import

@@ -19,7 +19,7 @@ def parse_settings(items: Sequence[str] | None) -> dict[str, object]:
             raise ConfigError(f"--set {item!r}: write name=value (e.g. k_prime=5, or section.key=value: clause.candidates=3)")
         try:
             value: object = json.loads(raw)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or a number past the interpreter's digit limit: the text, checked as such
             value = raw
         out[name.strip()] = value
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -31,7 +32,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, ensure_config, run_in_executor
 from pydantic import Field
 
-from agent.config import AgentConfig
+from agent.config import AgentConfig, is_runtime_key
 from agent.serving.base import BundleOwner
 from graphs.errors import ConfigError
 from graphs.text_safety import clean_text
@@ -91,9 +92,10 @@ class SKBRetriever(BundleOwner, BaseRetriever):
         if base is not None and not isinstance(base, AgentConfig):
             raise ConfigError(f"config must be an AgentConfig, got {type(base).__name__}")
         own, agent_fields = _split(kwargs, allow=set(type(self).model_fields) - {"bundle", "config"})
-        if "k" not in own and base is not None:
-            own["k"] = base.k  # one k: the config's when only a config was given
-        config = (base or AgentConfig()).with_overrides(agent_fields)
+        if "k" in own:
+            agent_fields = {**agent_fields, "k": own["k"]}  # checked once, where every setting is (AgentConfig)
+        config = (base or AgentConfig()).with_overrides(agent_fields, trusted=True)  # the operator's own settings
+        own["k"] = config.k  # one k: the config's when only a config was given
         self._init_over(source, store=store, config=config, **own)
 
     # -- LangChain entry points ---------------------------------------------------------------
@@ -145,8 +147,9 @@ class SKBRetriever(BundleOwner, BaseRetriever):
     def _prepare(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> tuple[RunnableConfig, dict[str, Any]]:
         cfg = ensure_config(config)
         configurable = cfg.get("configurable") or {}
-        known = set(CALL_FIELDS) | AGENT_SETTINGS
-        merged = {key: value for key, value in configurable.items() if key in known}
+        # every entry but LangGraph's and LangChain's own: a misspelt or out-of-range setting is an error here as
+        # in the graph's configurable, never silently dropped (sections such as {"clause": {...}} included)
+        merged = {str(key): value for key, value in configurable.items() if not is_runtime_key(str(key))}
         merged.update(kwargs)
         if self.trace:
             from agent.tracing.tracer import tracer_for
@@ -160,15 +163,15 @@ class SKBRetriever(BundleOwner, BaseRetriever):
         mode = str(own.get("mode", self.mode))
         if mode not in MODES:
             raise ConfigError(f"unknown retriever mode {mode!r}; use one of {', '.join(MODES)}")
-        k = own.get("k", self.k)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
-            raise ConfigError(f"k must be an integer between 1 and 1000, got {k!r}")
+        if isinstance(own.get("k"), bool):
+            raise ConfigError("k must be an integer between 1 and 1000, got a bool")
         fusion = str(own.get("fusion", self.fusion))
         if fusion not in get_args(FusionName):
             raise ConfigError(f"unknown fusion {fusion!r}; use minmax, rrf or dice")
         label = own.get("label", self.label)
-        config = self.config.with_overrides({**agent_fields, "k": k})
-        return mode, k, label, fusion, config
+        # a call's settings, k among them, checked where every setting is; not trusted (base_url)
+        config = self.config.with_overrides({**agent_fields, "k": own.get("k", self.k)})
+        return mode, config.k, label, fusion, config
 
     def _search(self, query: str, mode: str, k: int, label: str | None, fusion: str) -> list[Document]:
         hits = self.bundle.search(
@@ -229,12 +232,17 @@ def _node_text(skb: SKB, key: str) -> str:
 
 #: The names an agent setting may be given by: a field or its ``section.key`` (``AgentConfig.setting_names``).
 AGENT_SETTINGS = frozenset(AgentConfig.setting_names())
+#: The sections a setting may be given in (``{"clause": {"candidates": 3}}``).
+SECTIONS = frozenset(AgentConfig.sections())
 
 
 def _split(kwargs: dict[str, Any], *, allow: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the retriever's own settings, AgentConfig fields); anything else is an error naming the valid names."""
     own = {key: value for key, value in kwargs.items() if key in allow}
-    agent_fields = {key: value for key, value in kwargs.items() if key not in allow and key in AGENT_SETTINGS}
+    agent_fields = {
+        key: value for key, value in kwargs.items()
+        if key not in allow and (key in AGENT_SETTINGS or (key in SECTIONS and isinstance(value, Mapping)))
+    }
     unknown = sorted(set(kwargs) - set(own) - set(agent_fields))
     if unknown:
         raise ConfigError(

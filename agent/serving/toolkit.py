@@ -77,7 +77,11 @@ class SKBToolkit(BundleOwner, BaseToolkit):
     bundle: Any = Field(description="the IndexBundle the tools read")
     tool_names: tuple[str, ...] = DEFAULT_TOOLS
     include_ask: bool = True
-    agent_config: Any = Field(default=None, description="AgentConfig for the ask tool (default AgentConfig())")
+    agent_config: Any = Field(
+        default=None,
+        description="the agent's settings: an AgentConfig, or a mapping of settings (field, section.key or section) "
+        "checked as `skb ask --set` checks them; default AgentConfig()",
+    )
     callbacks: list[BaseCallbackHandler] | None = Field(
         default=None, description="callbacks for the ask tool's agent runs (default: local tracing)"
     )
@@ -90,6 +94,8 @@ class SKBToolkit(BundleOwner, BaseToolkit):
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, index_dir_or_bundle: Path | str | IndexBundle, **kwargs: Any) -> None:
+        if "agent_config" in kwargs:
+            kwargs["agent_config"] = _agent_config(kwargs["agent_config"])  # before the index is opened
         self._init_over(index_dir_or_bundle, **kwargs)
 
     @property
@@ -209,6 +215,21 @@ class SKBToolkit(BundleOwner, BaseToolkit):
         if not isinstance(result, AgentResult):
             raise PlannerError("the agent ended without a result; see `skb trace list` for the run")
         return result, linked
+
+
+def _agent_config(value: Any) -> AgentConfig | None:
+    """``agent_config`` as an AgentConfig: a mapping of settings is checked where every entry point checks
+    them (``AgentConfig.with_overrides``: a ConfigError naming the setting and its allowed range)."""
+    from collections.abc import Mapping
+
+    from agent.config import AgentConfig
+    from graphs.errors import ConfigError
+
+    if value is None or isinstance(value, AgentConfig):
+        return value
+    if isinstance(value, Mapping):
+        return AgentConfig().with_overrides(value, runtime_keys=False, trusted=True)
+    raise ConfigError(f"agent_config must be an AgentConfig or a mapping of its settings, got {type(value).__name__}")
 
 
 def tool_input_schema(tool: BaseTool) -> dict[str, Any]:

@@ -26,7 +26,9 @@ def _slug(name: str) -> str:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with an on-disk cache keyed by sha256(model_name, text).
+    """Wraps an embedder with an on-disk cache keyed by sha256(model identity, text); the identity is the
+    hash of the model's files where the embedder knows it (``content_sha256``: a tuned encoder), so a model
+    swapped under the same name never serves another's vectors, else its name.
 
     Why shards: a rebuild of a 40k-node SKB should re-embed only the texts that
     changed, and writing one file per text would mean 40k files. Each call that
@@ -41,7 +43,10 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: Path) -> None:
         self.inner = inner
         self.model_name = inner.model_name
-        self.root = Path(cache_dir) / _slug(inner.model_name)
+        content = getattr(inner, "content_sha256", None)
+        #: The key the vectors are cached under: the content hash when the embedder has one, else its name.
+        self.identity = f"{inner.model_name}#{content}" if content else inner.model_name
+        self.root = Path(cache_dir) / (_slug(inner.model_name) + (f"-{content[:16]}" if content else ""))
         self._lock = threading.Lock()
         self._index: dict[bytes, int] | None = None
         self._vectors: list[np.ndarray] = []
@@ -120,7 +125,7 @@ class CachedEmbedder:
             self._load()
             assert self._index is not None
             model = self.model_name
-            digests = [self._digest(model, t) for t in items]
+            digests = [self._digest(self.identity, t) for t in items]
             missing: dict[bytes, str] = {}
             for digest, text in zip(digests, items, strict=True):
                 if digest not in self._index and digest not in missing:

@@ -23,7 +23,7 @@ import numpy as np
 from graphs.embedding.base import Embedder, Progress, _check_texts, embed_all, l2_normalise
 from graphs.embedding.cache import CachedEmbedder
 from graphs.embedding.openai_compat import OpenAIEmbedder
-from graphs.errors import ConfigError
+from graphs.errors import ConfigError, SKBError
 
 # Set before sentence-transformers / huggingface_hub are imported anywhere through this module:
 # both read these once at import time. The bundled model is a local directory, so nothing needs the hub.
@@ -39,6 +39,7 @@ __all__ = [
     "MiniLMEmbedder",
     "OpenAIEmbedder",
     "TorchMiniLMEmbedder",
+    "check_embedder",
     "embed_all",
     "get_embedder",
     "l2_normalise",
@@ -285,3 +286,26 @@ def get_embedder(spec: str = "minilm", cache_dir: Path | None = None, *, base_di
     else:
         raise ConfigError(f"unknown embedder {spec!r} -- {_SPEC_HELP}")
     return CachedEmbedder(inner, cache_dir) if cache_dir is not None else inner
+
+
+#: The text a build embeds to check its encoder runs (any short text does).
+PROBE_TEXT = "encoder check"
+
+
+def check_embedder(embedder: Embedder, spec: str) -> None:
+    """Embed one short text for real (a query bypasses the cache): a build whose every vector is cached
+    otherwise never opens its encoder, and an index whose encoder cannot run cannot answer a question.
+    A ConfigError naming the embedder when it fails or returns no unit vector of its dimension."""
+    try:
+        vector = np.asarray(embedder.embed_query(PROBE_TEXT), dtype=np.float32)
+    except ConfigError as exc:
+        raise ConfigError(f"the embedder {spec!r} cannot embed a text: {exc}") from exc
+    except SKBError:
+        raise
+    except Exception as exc:  # the runtime's own errors (onnxruntime, tokenizers, HTTP clients)
+        raise ConfigError(f"the embedder {spec!r} cannot embed a text: {type(exc).__name__}: {exc}") from exc
+    if vector.shape != (embedder.dim,) or not np.isfinite(vector).all():
+        raise ConfigError(
+            f"the embedder {spec!r} returned a vector of shape {vector.shape} (finite: {bool(np.isfinite(vector).all())}) "
+            f"for a text, expected ({embedder.dim},) -- rebuild or replace the encoder"
+        )

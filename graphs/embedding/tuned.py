@@ -3,10 +3,16 @@
 Why its own embedder class: the tuned ONNX graph is stored with the index (its hash in the manifest),
 not in the user model cache, and is never rebuilt from a query path; the model name carries the graph's
 hash, so vectors, caches and indexes of two tunings never mix.
+
+Why the files are hashed at load: a directory is data that can be copied, edited or swapped. The ONNX
+graph and the files that shape its input (tokenizer, config) must be the ones the sidecar records, or the
+encoder is refused; the embedding cache is keyed by the hash of what is actually there
+(``content_sha256``), never by the name a sidecar claims.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Sequence
@@ -27,6 +33,7 @@ __all__ = [
     "read_sidecar",
     "tuned_from_spec",
     "tuned_model_name",
+    "vector_file_hashes",
 ]
 
 #: The files of a tuned model directory (written by ``graphs.tuning.export``).
@@ -35,6 +42,9 @@ ENCODER_SIDECAR = "encoder.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_FILE = "model.int8.onnx"
 PAIRS_FILE = "pairs.jsonl"
+
+#: The files besides the ONNX graph that decide a vector: the tokenizer (token ids) and the config (its size).
+VECTOR_FILES = ("tokenizer.json", "config.json")
 
 #: Spec prefix: ``tuned:<model dir>[:<max tokens>]``; a relative directory is read from the index directory.
 TUNED_PREFIX = "tuned"
@@ -59,6 +69,47 @@ def read_sidecar(model_dir: Path) -> dict[str, Any]:
     return record
 
 
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vector_file_hashes(model_dir: Path) -> dict[str, str]:
+    """sha256 of each of ``VECTOR_FILES`` present in ``model_dir`` (what the sidecar records)."""
+    return {name: _sha256_file(Path(model_dir) / name) for name in VECTOR_FILES if (Path(model_dir) / name).is_file()}
+
+
+def verify_files(model_dir: Path, record: dict[str, Any]) -> dict[str, str]:
+    """The hashes of the files that decide the vectors (the ONNX graph and ``VECTOR_FILES``), each checked
+    against the sidecar: a mismatch is a ConfigError naming the file (swapped, edited, or a sidecar edited)."""
+    model_dir = Path(model_dir)
+    found = {ONNX_FILE: _sha256_file(model_dir / ONNX_FILE), **vector_file_hashes(model_dir)}
+    recorded = record.get("files_sha256")
+    expected = {ONNX_FILE: record.get("onnx_sha256"), **(recorded if isinstance(recorded, dict) else {})}
+    for name, want in expected.items():
+        got = found.get(name)
+        if got != want:
+            raise ConfigError(
+                f"tuned encoder {model_dir}: {name} " + (f"has sha256 {got[:12]}..., which does not match the "
+                f"{str(want)[:12]}... that {ENCODER_SIDECAR} records" if got else f"is missing but {ENCODER_SIDECAR} "
+                "records it") + " -- the file was replaced or the sidecar edited; restore the directory or "
+                "rebuild the tuned encoder (`skb tune`, or `skb index --tune-encoder`)"
+            )
+    return found
+
+
+def _max_seq_length(record: dict[str, Any], path: Path) -> int:
+    settings = record.get("settings")
+    value = settings.get("max_seq_length", 128) if isinstance(settings, dict) else 128
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{path / ENCODER_SIDECAR}: settings.max_seq_length must be an integer, got {value!r:.40} "
+                          "-- rebuild the tuned encoder")
+    return value
+
+
 def tuned_model_name(base_model: str, max_seq_length: int, onnx_sha256: str) -> str:
     """``all-MiniLM-L6-v2@64+int8+tuned-<12 hex>``: the base identity (named as the bundled model's int8
     variant is, see ``embedder.minilm_model_name``) plus the tuned graph's hash."""
@@ -75,14 +126,19 @@ class TunedEmbedder:
 
     def __init__(self, model_dir: Path, batch_size: int = 64, max_seq_length: int | None = None) -> None:
         record = read_sidecar(model_dir)
-        seq = int(max_seq_length or record.get("settings", {}).get("max_seq_length", 128))
+        seq = max_seq_length or _max_seq_length(record, Path(model_dir))
         if batch_size < 1 or not 8 <= seq <= 512:
             raise ConfigError(f"tuned encoder: batch_size must be >= 1 and max tokens in [8, 512], got {batch_size}, {seq}")
+        hashes = verify_files(Path(model_dir), record)
         self.model_dir = Path(model_dir)
         self.batch_size = batch_size
         self.max_seq_length = seq
-        self.onnx_sha256 = str(record["onnx_sha256"])
+        self.onnx_sha256 = hashes[ONNX_FILE]
         self.model_name = tuned_model_name(str(record.get("base_model_name", "all-MiniLM-L6-v2")), seq, self.onnx_sha256)
+        #: What the vectors depend on, hashed: the embedding cache's key (``CachedEmbedder``).
+        self.content_sha256 = hashlib.sha256(
+            json.dumps({"files": hashes, "max_seq_length": seq}, sort_keys=True).encode("utf-8")
+        ).hexdigest()
         try:
             self._dim = int(json.loads((self.model_dir / "config.json").read_text(encoding="utf-8"))["hidden_size"])
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -142,7 +142,12 @@ def _constant(cypher: str, arg: Sequence[Token], params: Mapping[str, Any] | Non
         return None
     if len(arg) == 1 and arg[0].kind == "param":
         value = (params or {}).get(arg[0].text[1:])
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return None
+        try:
+            return float(value)
+        except OverflowError:  # an int past every float (10**400): unbounded, as far as a range() is concerned
+            return math.inf if value > 0 else -math.inf
     if any(t.kind not in ("number", "punct", "word") for t in arg):
         return None
     end = arg[-1].pos + len(arg[-1].text)
@@ -439,6 +444,14 @@ def _param_path(path: str, key: object) -> str:
     return f"{path}.{text}" if text.isidentifier() else f"{path}[{text[:40]!r}]"
 
 
+def _int_text(value: int) -> str:
+    """A big integer for a message: its first digits, or its size when it has too many for ``str()``."""
+    if value.bit_length() > 10_000:
+        return f"{'-' if value < 0 else ''}(a number of about {int(value.bit_length() * 0.30103)} digits)"
+    text = str(value)
+    return text[:30] + ("..." if len(text) > 30 else "")
+
+
 def check_params(params: Mapping[str, Any] | None) -> None:
     """Raise ParameterValueError, naming the parameter path, for a value the server would not see as sent.
 
@@ -464,7 +477,7 @@ def check_params(params: Mapping[str, Any] | None) -> None:
         if isinstance(value, int):
             if not INT64_MIN <= value <= INT64_MAX:
                 raise ParameterValueError(
-                    f"parameter {path} = {str(value)[:30]}{'...' if len(str(value)) > 30 else ''} does not fit in "
+                    f"parameter {path} = {_int_text(value)} does not fit in "
                     f"a signed 64-bit integer ({INT64_MIN} .. {INT64_MAX}); the server would silently change it: "
                     "pass a smaller number, or a string if it is an identifier"
                 )

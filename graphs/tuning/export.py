@@ -23,7 +23,15 @@ from graphs.manifest import atomic_write_bytes, atomic_write_text
 
 __all__ = ["ENCODER_SIDECAR", "ONNX_FILE", "PAIRS_FILE", "WEIGHTS_FILE", "read_sidecar", "write_tuned_model"]
 
-from graphs.embedding.tuned import ENCODER_SIDECAR, ONNX_FILE, PAIRS_FILE, SIDECAR_FORMAT, WEIGHTS_FILE, read_sidecar
+from graphs.embedding.tuned import (
+    ENCODER_SIDECAR,
+    ONNX_FILE,
+    PAIRS_FILE,
+    SIDECAR_FORMAT,
+    WEIGHTS_FILE,
+    read_sidecar,
+    vector_file_hashes,
+)
 
 #: The base model's files a tuned directory keeps (everything but its weights): small, and they make the
 #: directory loadable by sentence-transformers as well as by the ONNX builder.
@@ -89,6 +97,7 @@ def write_tuned_model(
         "base_sha256": _sha256((Path(base_dir) / WEIGHTS_FILE).read_bytes()),
         "weights_sha256": _sha256(weights),
         "onnx_sha256": _sha256(onnx),
+        "files_sha256": vector_file_hashes(out_dir),
         "onnx_variant": "int8",
         "pairs_sha256": _sha256(lines.encode("utf-8")),
         "pairs": dict(sorted(Counter(p.kind for p in pairs).items())),

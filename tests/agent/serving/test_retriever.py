@@ -243,7 +243,7 @@ def test_bad_settings_are_clear_errors(hpo_bundle: IndexBundle, tmp_path: Path) 
     retriever = SKBRetriever(bundle=hpo_bundle)
     with pytest.raises(ConfigError, match="unknown retriever mode 'graph'; use one of agent, hybrid, vss, bm25"):
         retriever.invoke(QUESTION, mode="graph")
-    with pytest.raises(ConfigError, match="k must be an integer between 1 and 1000, got 0"):
+    with pytest.raises(ConfigError, match="k: Input should be greater than or equal to 1 .got 0"):
         retriever.invoke(QUESTION, k=0)
     with pytest.raises(ConfigError, match="invalid agent setting.*policy"):
         retriever.invoke(QUESTION, policy="sometimes")

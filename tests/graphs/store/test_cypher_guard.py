@@ -393,3 +393,18 @@ def test_cypher_the_code_generates_passes_every_check() -> None:
             params = {"keys": ["a", "b"], "limit": 10}
             check_query(aggregation_query("A", ["R1", "R2", "R3"], direction, "B", weight), params)
             check_query(aggregation_query("A", None, direction, None, weight), params)
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000], ids=["1e400", "-1e400", "1e5000"])
+def test_a_parameter_past_any_float_is_refused_not_a_traceback(value: int) -> None:
+    """A range() bound of 10**400 has no float value; the guard counts it as unbounded and refuses the query,
+    and the parameter check names the value by its size (a 5000-digit number has no str())."""
+    for query in ("RETURN range(0, $n) AS r", "RETURN range($n, 0, -1) AS r", "RETURN range(0, 10, $n) AS r"):
+        try:
+            check_resources(query, {"n": value})
+        except QueryTooComplexError:
+            pass
+    with pytest.raises(QueryTooComplexError, match="range"):
+        check_resources("RETURN range(0, $n) AS r", {"n": abs(value)})
+    with pytest.raises(ParameterValueError, match=r"\$n = .*does not fit in a signed 64-bit integer"):
+        check_params({"n": value})
