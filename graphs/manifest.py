@@ -345,7 +345,7 @@ class Manifest(BaseModel):
         if check_files:
             verify_checksums(index_dir, self.files, hint=rebuild_hint(index_dir))
             self.verify_graph(index_dir, full=full)
-            if full or "hnsw_shards" in self.extra:  # the id table is read only where shards are recorded
+            if full:  # at open, the loaded index is compared with the record instead (graphs.bundle_load)
                 self.verify_shards(index_dir)
 
     def verify_shards(self, index_dir: Path) -> None:

@@ -52,6 +52,23 @@ def test_bm25_from_partitions_scores_as_the_one_process_index(graph: tuple[Path,
         assert np.array_equal(one.scores(question), merged.scores(question)), question
 
 
+def test_sharded_similarity_knn_finds_the_one_graph_pairs(graph: tuple[Path, SKB]) -> None:
+    from graphs.embedding.embedder import embed_all, get_embedder
+    from graphs.engine.stages import knn_merge, knn_shard
+    from graphs.sage.edges import knn_candidate_pairs
+
+    _, skb = graph
+    vectors = embed_all(get_embedder("hash:64"), [skb.node_text(k) for k in list(skb.nodes)[:900]])
+    src, dst = knn_candidate_pairs(vectors, 10)
+    parts = [knn_shard(vectors, a, b, 11) for a, b in partitions(len(vectors), 3)]
+    s_src, s_dst = knn_merge(parts, 10)
+    assert s_src.tolist() == src.tolist() and not (s_src == s_dst).any()
+    # the k-th similarity of every row as good as the one graph's (ties make the keys themselves arbitrary)
+    sims = np.einsum("ij,ij->i", vectors[src], vectors[dst]).reshape(-1, 10)
+    s_sims = np.einsum("ij,ij->i", vectors[s_src], vectors[s_dst]).reshape(-1, 10)
+    assert np.mean(s_sims.min(axis=1) >= sims.min(axis=1) - 1e-6) >= 0.99
+
+
 @pytest.mark.integration
 def test_ray_build_answers_as_the_in_process_build(graph: tuple[Path, SKB], ray_local: Any) -> None:
     from graphs.engine.ray_engine import RayEngine

@@ -85,3 +85,18 @@ def test_manifest_records_the_shards_and_verify_refuses_a_wrong_layout(generated
     manifest.extra["hnsw_shards"] = [[0, 10], [10, len(skb.nodes)]]
     with pytest.raises(IndexCorruptError, match="records HNSW shards"):
         manifest.verify(index, full=True)
+
+
+def test_opening_an_index_whose_manifest_hides_its_shards_is_refused(generated: tuple, tmp_path: Path) -> None:
+    from graphs.bundle import IndexBundle
+
+    skb, *_ = generated
+    index = tmp_path / "index"
+    build_index(skb, index, IndexConfig(dataset="gen", embedder="hash:64", store="none"), engine=LocalEngine(shards=2))
+    with IndexBundle.open(index, store="none") as bundle:
+        assert bundle.hnsw.sharded
+    raw = json.loads((index / "manifest.json").read_text())
+    del raw["extra"]["hnsw_shards"]
+    (index / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(IndexCorruptError, match="hnsw_shards"):
+        IndexBundle.open(index, store="none")
