@@ -130,3 +130,21 @@ def test_ray_address_needs_the_ray_engine(tmp_path: Path) -> None:
     result = runner.invoke(app, ["index", "--dataset", "jsonl", "--data", str(tmp_path),
                                  "--index-dir", str(tmp_path / "index"), "--ray-address", "auto"])
     assert result.exit_code == 2 and "--engine ray" in result.stderr, result.output
+
+
+@pytest.mark.integration
+def test_a_ray_stage_that_fails_says_which_and_why(ray_local: Any, tmp_path: Path) -> None:
+    from graphs.engine.ray_engine import RayEngine
+    from graphs.errors import EngineError
+    from graphs.manifest import HNSWParams
+
+    out = tmp_path / "hnsw"
+    out.mkdir()
+    (out / "shard-001").write_text("a file where the second shard's directory goes\n")
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(400, 16)).astype(np.float32)
+    keys = [f"k{i}" for i in range(400)]
+    with pytest.raises(EngineError) as info:
+        RayEngine(shards=2).hnsw(keys, ["A"] * 400, vectors, HNSWParams(), out)
+    msg = str(info.value)
+    assert "Ray HNSW stage failed" in msg and "FileExistsError" in msg and "unchanged" in msg, msg
