@@ -148,3 +148,12 @@ def test_a_ray_stage_that_fails_says_which_and_why(ray_local: Any, tmp_path: Pat
         RayEngine(shards=2).hnsw(keys, ["A"] * 400, vectors, HNSWParams(), out)
     msg = str(info.value)
     assert "Ray HNSW stage failed" in msg and "FileExistsError" in msg and "unchanged" in msg, msg
+
+
+def test_the_default_build_path_never_imports_ray() -> None:
+    import subprocess
+
+    code = ("import sys, graphs.build, graphs.engine, agent.cli.index; "
+            "graphs.engine.open_engine('local'); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
