@@ -353,7 +353,7 @@ def build_index(
             from graphs.sage.edges import build_similarity_edges
 
             sim = build_similarity_edges(skb, hnsw, batch_embedder, config.similarity, progress=report,
-                                         **_engine_knn(engine, chunk))
+                                         **_engine_knn(engine, skb, batch_embedder, chunk))
             for rel, digest in sim.save(tmp / "sage").items():
                 files[f"sage/{rel}"] = digest
             n_similar = sim.count
@@ -410,10 +410,13 @@ def build_index(
     )
 
 
-def _engine_knn(engine: BuildEngine, chunk: int) -> dict[str, Any]:
+def _engine_knn(engine: BuildEngine, skb: SKB, embedder: Any, chunk: int) -> dict[str, Any]:
     """The similarity stage's options from an engine: none for the in-process one (its call is unchanged)."""
     knn = engine.knn_pairs()
-    return {} if knn is None else {"knn_pairs": knn, "embed_chunk": chunk}
+    if knn is None:
+        return {}
+    engine.prepare_similarity(skb, embedder)
+    return {"knn_pairs": knn, "embed_chunk": chunk}
 
 
 def _swap_in(tmp: Path, index_dir: Path) -> None:

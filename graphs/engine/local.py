@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from graphs.index.bm25 import BM25Index
     from graphs.index.hnsw import HNSWIndex
     from graphs.manifest import HNSWParams
+    from graphs.skb.model import SKB
 
 Progress = Callable[[int, int], None]
 KnnPairs = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
@@ -60,6 +61,10 @@ class BuildEngine(Protocol):
         """The similarity stage's kNN over one (label, field)'s vectors; None: the one-process kNN."""
         ...
 
+    def prepare_similarity(self, skb: SKB, embedder: Embedder) -> None:
+        """Called before the similarity stage where ``knn_pairs`` is not None (e.g. to embed its texts at once)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -94,6 +99,9 @@ class LocalEngine:
         return BM25Index.build(keys, labels, texts)
 
     def knn_pairs(self) -> KnnPairs | None:
+        return None
+
+    def prepare_similarity(self, skb: SKB, embedder: Embedder) -> None:
         return None
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from graphs.index.bm25 import BM25Index
     from graphs.index.hnsw import HNSWIndex
     from graphs.manifest import HNSWParams
+    from graphs.skb.model import SKB
 
 __all__ = ["INSTALL_HINT", "MAX_RETRIES", "RayEngine"]
 
@@ -74,9 +75,28 @@ class _RayEmbedder:
         self._engine, self._local, self._spec = engine, local, spec
         self.model_name = local.model_name
         self.dim = local.dim
+        self._memo: dict[str, np.ndarray] = {}
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Embed ``texts`` in one pool job and keep their vectors for the next ``embed`` calls: the similarity
+        stage embeds each (node type, field) apart, and a pool per call would cost more than the work."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if todo:
+            vectors = self._engine.embed(self._local, self._spec, todo, chunk=self._engine.chunk, progress=None)
+            self._memo.update(zip(todo, vectors, strict=True))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._engine.embed(self._local, self._spec, texts, chunk=self._engine.chunk, progress=None)
+        """Prefetched vectors leave the memo as they are asked for (each field text is asked for once)."""
+        items = list(texts)
+        uniq = list(dict.fromkeys(items))
+        found = {t: self._memo.pop(t) for t in uniq if t in self._memo}
+        todo = [t for t in uniq if t not in found]
+        if todo:
+            vectors = self._engine.embed(self._local, self._spec, todo, chunk=self._engine.chunk, progress=None)
+            found.update(zip(todo, vectors, strict=True))
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([found[t] for t in items]).astype(np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._local.embed_query(text)
@@ -198,6 +218,20 @@ class RayEngine:
 
     def knn_pairs(self) -> KnnPairs | None:
         return self._knn_pairs
+
+    def prepare_similarity(self, skb: SKB, embedder: Embedder) -> None:
+        """Embed every field text the similarity stage will ask for (its default node types and fields) in
+        one pool job before it starts."""
+        from graphs.sage.edges import TEXT_FIELD, default_fields, field_text
+
+        if not isinstance(embedder, _RayEmbedder):
+            return
+        texts: list[str] = []
+        for label, names in default_fields(skb).items():
+            for fname in names:
+                if fname != TEXT_FIELD:
+                    texts.extend(t for nd in skb.nodes_of(label) if (t := field_text(nd, fname)) is not None)
+        embedder.prefetch(texts)
 
     def _knn_pairs(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's top-k over every shard, merged exactly; small inputs take the one-process kNN."""
