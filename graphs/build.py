@@ -36,6 +36,7 @@ from graphs.skb.model import SKB
 from graphs.tuning.train import TuneConfig
 
 if TYPE_CHECKING:
+    from graphs.engine import BuildEngine
     from graphs.manifest import FileDigest
 
 StageProgress = Callable[[str, int, int], None]
@@ -237,16 +238,23 @@ def _noop(stage: str, done: int, total: int) -> None:
 
 
 def build_index(
-    skb: SKB, index_dir: Path, config: IndexConfig | None = None, progress: StageProgress | None = None
+    skb: SKB,
+    index_dir: Path,
+    config: IndexConfig | None = None,
+    progress: StageProgress | None = None,
+    engine: BuildEngine | None = None,
 ) -> BuildSummary:
-    from graphs.embedding.embedder import check_embedder, embed_all, get_embedder
-    from graphs.index.bm25 import BM25Index
-    from graphs.index.hnsw import HNSWIndex, HNSWParams
+    """``engine`` runs the stages that grow with the graph (``graphs.engine``; default: this process)."""
+    from graphs.embedding.embedder import check_embedder, get_embedder
+    from graphs.engine import LocalEngine
+    from graphs.engine.local import EmbedderSpec
+    from graphs.index.hnsw import HNSWParams
     from graphs.loaders.jsonl import write_jsonl
     from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
 
     config = config or IndexConfig()
     report = progress or _noop
+    engine = engine or LocalEngine()
     shown_dir = Path(index_dir)
     check_target(shown_dir)
     index_dir = shown_dir.resolve()  # a symlinked index dir: build beside, and swap, its target
@@ -294,7 +302,8 @@ def build_index(
                     files[path.relative_to(tmp).as_posix()] = sha256_file(path)
             timings["tune_encoder"] = time.perf_counter() - t0
         # opens no model until used
-        embedder = get_embedder(embedder_spec, cache_dir=cache_dir / "emb", base_dir=tmp)
+        spec = EmbedderSpec(embedder_spec, cache_dir / "emb", tmp)
+        embedder = get_embedder(spec.spec, cache_dir=spec.cache_dir, base_dir=spec.base_dir)
         if config.stage == "core":
             from graphs.index.phrases import phrase_entries
 
@@ -304,20 +313,20 @@ def build_index(
         else:
             t0 = time.perf_counter()
             check_embedder(embedder, embedder_spec)  # opened even when every vector below comes from the cache
-            vectors = embed_all(embedder, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
+            vectors = engine.embed(embedder, spec, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
             timings["embed"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
             report("hnsw", 0, 1)
-            hnsw = HNSWIndex.build(keys, labels, vectors, params)
-            for rel, digest in hnsw.save(tmp / "hnsw").items():
+            hnsw, hnsw_files = engine.hnsw(keys, labels, vectors, params, tmp / "hnsw")
+            for rel, digest in hnsw_files.items():
                 files[f"hnsw/{rel}"] = digest
             report("hnsw", 1, 1)
             timings["hnsw"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         report("bm25", 0, 1)
-        bm25 = BM25Index.build(keys, labels, texts)
+        bm25 = engine.bm25(keys, labels, texts)
         for rel, digest in bm25.save(tmp / "bm25").items():
             files[f"bm25/{rel}"] = digest
         report("bm25", 1, 1)
@@ -329,8 +338,9 @@ def build_index(
 
         t0 = time.perf_counter()
         phrases = None
+        batch_embedder, chunk = engine.batch_embedder(embedder, spec, batch)
         if config.stage != "core":
-            phrases = build_phrase_index(skb, embedder, batch=batch, progress=lambda d, t: report("phrases", d, t))
+            phrases = build_phrase_index(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
         if phrases is not None:
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest
@@ -343,7 +353,8 @@ def build_index(
             t0 = time.perf_counter()
             from graphs.sage.edges import build_similarity_edges
 
-            sim = build_similarity_edges(skb, hnsw, embedder, config.similarity, progress=report)
+            sim = build_similarity_edges(skb, hnsw, batch_embedder, config.similarity, progress=report,
+                                         **_engine_knn(engine, skb, batch_embedder, chunk))
             for rel, digest in sim.save(tmp / "sage").items():
                 files[f"sage/{rel}"] = digest
             n_similar = sim.count
@@ -373,6 +384,7 @@ def build_index(
 
         files, data_files = split_large_files(tmp, files, data_files)
         stats = skb.stats()
+        layout = {"hnsw_shards": hnsw.shard_ranges} if config.stage != "core" and hnsw.sharded else {}
         manifest = Manifest(
             dataset=config.dataset,
             embedder=EmbedderInfo(model_name=embedder.model_name, dim=embedder.dim),
@@ -382,7 +394,7 @@ def build_index(
             data_files=data_files,
             generation=uuid.uuid4().hex,
             extra={"config": config.model_dump(mode="json"), "embedder_spec": embedder_spec, "store": config.store,
-                   "missing": missing},
+                   "missing": missing, **layout},
         )
         manifest.write(tmp)
         _swap_in(tmp, index_dir)
@@ -397,6 +409,15 @@ def build_index(
         timings_s={k: round(v, 3) for k, v in timings.items()},
         size_bytes=dir_size(index_dir),
     )
+
+
+def _engine_knn(engine: BuildEngine, skb: SKB, embedder: Any, chunk: int) -> dict[str, Any]:
+    """The similarity stage's options from an engine: none for the in-process one (its call is unchanged)."""
+    knn = engine.knn_pairs()
+    if knn is None:
+        return {}
+    engine.prepare_similarity(skb, embedder)
+    return {"knn_pairs": knn, "embed_chunk": chunk}
 
 
 def _swap_in(tmp: Path, index_dir: Path) -> None:

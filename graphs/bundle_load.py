@@ -77,6 +77,9 @@ def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIn
         problems.append(f"counts.nodes is {manifest.counts.nodes} but skb/ holds {stats['nodes']}")
     if stats["edges"] != edges:
         problems.append(f"counts.edges is {edges} but skb/ holds {stats['edges']}")
+    shards = [list(r) for r in hnsw.shard_ranges] if hnsw.sharded else None
+    if manifest.extra.get("hnsw_shards") != shards:
+        problems.append(f"hnsw_shards is {manifest.extra.get('hnsw_shards')} but hnsw/ holds shards {shards}")
     staged = "vectors" in (manifest.extra.get("missing") or []) and len(hnsw) == 0
     if (dict(by_label) != stats["nodes"] and not staged) or len(bm25) != len(skb.nodes):
         problems.append(

@@ -31,6 +31,10 @@ class LoaderError(SKBError):
         self.fix = fix
 
 
+class EngineError(SKBError):
+    """A build stage run on a distributed engine (Ray) failed past its retries."""
+
+
 class StoreError(SKBError):
     """The graph store failed to execute a request."""
 

@@ -11,6 +11,7 @@ an index with a message that says which file or setting is wrong and how to fix 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -344,6 +345,38 @@ class Manifest(BaseModel):
         if check_files:
             verify_checksums(index_dir, self.files, hint=rebuild_hint(index_dir))
             self.verify_graph(index_dir, full=full)
+            if full:  # at open, the loaded index is compared with the record instead (graphs.bundle_load)
+                self.verify_shards(index_dir)
+
+    def verify_shards(self, index_dir: Path) -> None:
+        """A sharded HNSW index (``extra["hnsw_shards"]``: row ranges) has the layout its id table names, its
+        ranges cover every node once, and every shard's files are listed. A one-shard index records none."""
+        recorded = self.extra.get("hnsw_shards")
+        ids_path = Path(index_dir) / "hnsw" / "ids.json"
+        try:
+            table = json.loads(ids_path.read_text(encoding="utf-8")) if ids_path.is_file() else {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexCorruptError(f"{ids_path} cannot be parsed ({exc}) -- {rebuild_hint(Path(index_dir))}") from exc
+        found = table.get("shards") if isinstance(table, dict) else None
+        if recorded is None and found is None:
+            return
+        try:
+            want = [[int(a), int(b)] for a, b in recorded or []]
+            have = [[int(e["start"]), int(e["end"])] for e in found or []]
+            files = [f"hnsw/{e['global']}" for e in found or []]
+            files += [f"hnsw/{rel}" for e in found or [] for rel in e["label_files"].values()]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise IndexCorruptError(f"the HNSW shard layout of {index_dir} is malformed ({exc}) -- "
+                                    f"{rebuild_hint(Path(index_dir))}") from exc
+        nodes = sum(self.counts.nodes.values())
+        covered = bool(want) and want[0][0] == 0 and want[-1][1] == nodes and all(
+            a[1] == b[0] for a, b in itertools.pairwise(want))
+        unlisted = [f for f in files if f not in self.listed()]
+        if want != have or not covered or unlisted:
+            why = (f"the manifest records HNSW shards {want} but hnsw/ids.json holds {have}" if want != have else
+                   f"the HNSW shards {want} do not cover the {nodes} nodes once each" if not covered else
+                   f"HNSW shard files {unlisted[:3]} are not listed in the manifest")
+            raise IndexCorruptError(f"{why} -- {rebuild_hint(Path(index_dir))}")
 
     def verify_graph(self, index_dir: Path, *, full: bool = False) -> None:
         """The graph dump of an embedded-store index exists, is non-empty and matches its record.

@@ -6,6 +6,8 @@
 - ``_token_calibration_per_test`` (autouse): token-count calibration reset around every test.
 - ``orchard``: an IndexBundle (FalkorDB store, hashing embedder) on ``small_graphs.orchard_skb``, per module: the
   in-process aggregate and walk tests compare its SKB with its store, the fast-path tests ask it questions.
+- ``ray_local``: one local Ray (2 CPUs, no dashboard, workers' logs kept off the terminal) for the whole session;
+  the Ray engine and Ray Serve tests share it (library code starts Ray only when none is running).
 """
 
 from __future__ import annotations
@@ -171,3 +173,13 @@ def orchard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
     bundle = IndexBundle.open(path)
     yield bundle
     bundle.close()
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             configure_logging=False)
+    yield ray
+    ray.shutdown()

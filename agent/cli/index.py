@@ -6,7 +6,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,6 +18,7 @@ from graphs.progress import ProgressReporter, print_error, print_table, print_te
 from graphs.skb.model import SKB
 
 if TYPE_CHECKING:
+    from graphs.build import BuildSummary, IndexConfig
     from graphs.loaders.neo4j_source import Neo4jSource
     from graphs.tuning.train import TuneConfig
 
@@ -91,9 +92,21 @@ def index_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the build summary as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
+    engine: Annotated[
+        str, typer.Option(help="local (this process) | ray (embedding, HNSW shards, similarity kNN and BM25 as Ray "
+                               "work; needs skb-agent[ray])")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="--engine ray: a running cluster (auto | ray://HOST:PORT) [default: a local "
+                                      "Ray started for the build]")
+    ] = None,
+    hnsw_shards: Annotated[
+        int | None, typer.Option(min=1, help="HNSW shards searched together at query time [default: 1; with "
+                                             "--engine ray the cluster's CPUs]")
+    ] = None,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
-    from graphs.build import IndexConfig, SimilarityConfig, build_index, check_target
+    from graphs.build import IndexConfig, SimilarityConfig, check_target
 
     try:
         if dataset not in (*DATASETS, "neo4j"):
@@ -107,6 +120,11 @@ def index_command(
             raise SKBError(f"unknown --similarity-logic {similarity_logic!r}; use or or and")
         if stage not in ("all", "core"):
             raise SKBError(f"unknown --stage {stage!r}; use all or core")
+        if engine not in ("local", "ray"):
+            raise SKBError(f"unknown --engine {engine!r}; use local or ray")
+        if ray_address is not None and engine != "ray":
+            raise SKBError("--ray-address applies to --engine ray only; add --engine ray or drop it")
+        engine_options = {"name": engine, "address": ray_address, "shards": hnsw_shards}
         config = IndexConfig(
             dataset=dataset,
             store=store,  # type: ignore[arg-type]
@@ -132,7 +150,7 @@ def index_command(
             with ProgressReporter(quiet=quiet) as progress:
                 skb, config.source = read_source(source, progress=lambda d, t: progress("read", d, t))
                 load_s = time.perf_counter() - t0
-                summary = build_index(skb, index_dir, config, progress=progress)
+                summary = _build(skb, index_dir, config, progress, engine_options)
         else:
             # the stage is not part of the inputs: a complete index serves a `--stage core` request as well
             fingerprint = _fingerprint(dataset, data, config)
@@ -147,7 +165,7 @@ def index_command(
                 skb = _load(dataset, data, profile, trust_pickle)
                 progress("load", 1, 1)
                 load_s = time.perf_counter() - t0
-                summary = build_index(skb, index_dir, config, progress=progress)
+                summary = _build(skb, index_dir, config, progress, engine_options)
         summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
         _write_fingerprint(index_dir, fingerprint)
     except SKBError as exc:
@@ -166,6 +184,19 @@ def index_command(
     print_table(console, f"index {index_dir}", ["kind", "type", "count"], rows, right=["count"])
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary.timings_s.items())
     print_text(console, f"built in {sum(summary.timings_s.values()):.1f}s ({timings}); size {summary.size_bytes / 1e6:.1f} MB")
+
+
+def _build(skb: SKB, index_dir: Path, config: IndexConfig, progress: ProgressReporter,
+           engine: dict[str, Any]) -> BuildSummary:
+    """Build with the chosen engine, opened only now (a reused index starts no Ray) and closed after."""
+    from graphs.build import build_index
+    from graphs.engine import open_engine
+
+    runner = open_engine(engine["name"], address=engine["address"], shards=engine["shards"])
+    try:
+        return build_index(skb, index_dir, config, progress=progress, engine=runner)
+    finally:
+        runner.close()
 
 
 def _tune_config(steps: int | None, batch: int | None, seed: int) -> TuneConfig:

@@ -40,6 +40,9 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 IDS_FILE = "ids.json"
 _FORMAT = 1
+STEMMER = "english"
+STOPWORDS = "en"
+"""The tokenisation every node-text index uses (``build``'s defaults; ``graphs.engine`` tokenises the same)."""
 
 
 class BM25Index:
@@ -79,8 +82,8 @@ class BM25Index:
         keys: list[str],
         labels: list[str],
         texts: Sequence[str],
-        stemmer: str | None = "english",
-        stopwords: str | list[str] | None = "en",
+        stemmer: str | None = STEMMER,
+        stopwords: str | list[str] | None = STOPWORDS,
         *,
         k1: float = 1.5,
         b: float = 0.75,
@@ -93,14 +96,36 @@ class BM25Index:
             raise ConfigError("BM25 build got no documents -- the SKB has no nodes to index")
         if len(set(keys)) != len(keys):
             raise ConfigError("BM25 build got duplicate keys -- node keys must be unique")
-        stem = cls._make_stemmer(stemmer)
+        stem = cls.make_stemmer(stemmer)
         tokens = bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=stem, show_progress=False, return_ids=True)
         retriever = bm25s.BM25(k1=k1, b=b)
         retriever.index(tokens, show_progress=False)
         return cls(list(keys), list(labels), retriever, stemmer=stemmer, stopwords=stopwords)
 
+    @classmethod
+    def from_tokenized(
+        cls,
+        keys: list[str],
+        labels: list[str],
+        tokens: Any,
+        stemmer: str | None = STEMMER,
+        stopwords: str | list[str] | None = STOPWORDS,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> BM25Index:
+        """An index over documents tokenised elsewhere (``graphs.engine.stages.bm25_tokens`` per partition,
+        merged by ``tokenized``) with the same ``stemmer``/``stopwords``: the statistics are the whole
+        corpus's, so the scores equal `build`'s."""
+        if not keys or len(keys) != len(labels) or len(tokens.ids) != len(keys):
+            raise ConfigError(f"BM25 got {len(keys)} keys, {len(labels)} labels and {len(tokens.ids)} tokenised "
+                              "documents -- they must be aligned and not empty")
+        retriever = bm25s.BM25(k1=k1, b=b)
+        retriever.index(tokens, show_progress=False)
+        return cls(list(keys), list(labels), retriever, stemmer=stemmer, stopwords=stopwords)
+
     @staticmethod
-    def _make_stemmer(language: str | None) -> Any:
+    def make_stemmer(language: str | None) -> Any:
         if not language:
             return None
         try:

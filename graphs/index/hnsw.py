@@ -10,18 +10,20 @@ the same integer ids (positions in ``keys``), so one id table serves them all.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import hnswlib
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
+from graphs.index.hnsw_shards import build_shard, merge_topk, save_shard, shard_dir, shard_ranges
 from graphs.index.meta import read_index_meta
 from graphs.manifest import (
     HNSWParams,
@@ -61,6 +63,10 @@ def _num_threads() -> int:
 
 Opener = Callable[[], hnswlib.Index]
 """Opens one saved HNSW graph on first use (``HNSWIndex.load`` opens none up front)."""
+Source: TypeAlias = hnswlib.Index | Opener
+ShardSources: TypeAlias = tuple[list[Source], dict[str, list[Source | None]]]
+"""A sharded index's graphs: the global graph of each shard, and per label each shard's graph (None where
+the shard holds no node of the label)."""
 
 
 class HNSWIndex:
@@ -80,14 +86,20 @@ class HNSWIndex:
         label_indexes: dict[str, hnswlib.Index | Opener],
         *,
         vectors: np.ndarray | None = None,
+        shards: tuple[list[tuple[int, int]], ShardSources] | None = None,
     ) -> None:
+        """``shards``: the row ranges and graphs of a sharded index (``graphs.index.hnsw_shards``); then
+        ``global_index`` and ``label_indexes`` only name what exists, and ``vectors`` is required."""
         self.keys = table(keys)  # graphs.heap: untracked by the garbage collector
         self.labels = table(labels)
         self.dim = dim
         self.params = params
         self._global_src = global_index
         self._label_src = label_indexes
-        self._opened: dict[str | None, hnswlib.Index] = {}
+        self._opened: dict[tuple[str | None, int], hnswlib.Index] = {}
+        self.shard_ranges, (self._shard_global, self._shard_label) = shards or ([(0, len(keys))], ([], {}))
+        if len(self.shard_ranges) > 1 and vectors is None:
+            raise ConfigError("a sharded HNSW index needs its vectors (vectors.npy) -- rebuild the index")
         self._open_lock = threading.Lock()
         self._vectors = vectors
         self._pos = {key: i for i, key in enumerate(keys)}
@@ -97,18 +109,26 @@ class HNSWIndex:
             self._label_ids[label] = np.flatnonzero(label_arr == label).astype(np.int64)
         self.set_ef(params.ef)
 
-    def _graph(self, label: str | None) -> hnswlib.Index:
-        """The global (``None``) or a label's graph, opened on first use with the current ef."""
-        index = self._opened.get(label)
+    @property
+    def sharded(self) -> bool:
+        return len(self.shard_ranges) > 1
+
+    def _graph(self, label: str | None, shard: int = 0) -> hnswlib.Index:
+        """The global (``None``) or a label's graph (of one shard), opened on first use with the current ef."""
+        index = self._opened.get((label, shard))
         if index is not None:
             return index
         with self._open_lock:
-            index = self._opened.get(label)
+            index = self._opened.get((label, shard))
             if index is None:
-                src = self._global_src if label is None else self._label_src[label]
+                if self.sharded:
+                    src = self._shard_global[shard] if label is None else self._shard_label[label][shard]
+                    assert src is not None
+                else:
+                    src = self._global_src if label is None else self._label_src[label]
                 index = src if isinstance(src, hnswlib.Index) else src()
                 index.set_ef(self.params.ef)
-                self._opened[label] = index
+                self._opened[(label, shard)] = index
         return index
 
     # -- construction -------------------------------------------------------------
@@ -122,7 +142,10 @@ class HNSWIndex:
         *,
         num_threads: int | None = None,
         seed: int = 100,
+        shards: int = 1,
     ) -> HNSWIndex:
+        """``shards`` > 1 builds the graphs in that many row ranges (``graphs.index.hnsw_shards``), one after
+        the other here; ``graphs.engine`` builds them in parallel tasks."""
         params = params or HNSWParams()
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2:
@@ -139,6 +162,10 @@ class HNSWIndex:
         if not np.isfinite(vectors).all():
             raise ConfigError("HNSW build got NaN or infinite vector components -- check the embedder output")
         threads = num_threads or _num_threads()
+        if shards > 1 and n > 1:
+            ranges = shard_ranges(n, shards)
+            built = [build_shard(vectors, labels, a, b, params, seed, threads) for a, b in ranges]
+            return cls.from_shards(keys, labels, vectors, params, ranges, built)
         ids = np.arange(n, dtype=np.int64)
         global_index = cls._new_index(dim, n, params, seed)
         global_index.add_items(vectors, ids, num_threads=threads)
@@ -150,6 +177,24 @@ class HNSWIndex:
             index.add_items(vectors[sel], sel, num_threads=threads)
             by_label[label] = index
         return cls(list(keys), list(labels), dim, params, global_index, by_label)
+
+    @classmethod
+    def from_shards(
+        cls,
+        keys: list[str],
+        labels: list[str],
+        vectors: np.ndarray,
+        params: HNSWParams,
+        ranges: list[tuple[int, int]],
+        built: Sequence[tuple[Source, dict[str, Source]]],
+    ) -> HNSWIndex:
+        """A sharded index from each range's (global graph, {label: graph})."""
+        names = sorted(set(labels))
+        per_label: dict[str, list[Source | None]] = {lab: [g.get(lab) for _, g in built] for lab in names}
+        sources: ShardSources = ([g for g, _ in built], per_label)
+        first = built[0][0]
+        return cls(list(keys), list(labels), int(vectors.shape[1]), params, first, dict.fromkeys(names, first),
+                   vectors=vectors, shards=(list(ranges), sources))
 
     @classmethod
     def empty(cls, dim: int, params: HNSWParams | None = None) -> HNSWIndex:
@@ -215,6 +260,8 @@ class HNSWIndex:
             return [[] for _ in range(len(queries))]
         if size < _EXACT_BELOW:
             return self._exact(queries, k, label)
+        if self.sharded:
+            return self._search_shards(queries, k, label)
         index, _ = self._index_for(label)
         assert index is not None
         # hnswlib searches with max(ef, k), so ef is never mutated per query (safe across threads).
@@ -227,6 +274,39 @@ class HNSWIndex:
         for row_ids, row_d in zip(ids, dists, strict=True):
             out.append([(self.keys[int(i)], float(1.0 - d)) for i, d in zip(row_ids, row_d, strict=True)])
         return out
+
+    def _search_shards(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
+        """Every shard's top-k (exact where a shard holds few of the rows), merged by distance, ties by id."""
+        members = self._label_ids[label] if label is not None else None
+        threads = 1 if len(queries) == 1 else _num_threads()
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for shard, (start, end) in enumerate(self.shard_ranges):
+            if members is None:
+                rows = np.arange(start, end, dtype=np.int64)
+            else:
+                lo, hi = np.searchsorted(members, [start, end])
+                rows = members[lo:hi]
+            if rows.size == 0:
+                continue
+            ks = min(k, int(rows.size))
+            try:
+                if rows.size < _EXACT_BELOW:
+                    raise RuntimeError("few rows: exact")
+                ids, dists = self._graph(label, shard).knn_query(queries, k=ks, num_threads=threads)
+            except RuntimeError:
+                ids, dists = self._exact_rows(queries, ks, rows)
+            parts.append((ids, dists))
+        merged = merge_topk(parts, k)
+        return [[(self.keys[int(i)], float(1.0 - d)) for i, d in zip(ri, rd, strict=True)] for ri, rd in merged]
+
+    def _exact_rows(self, queries: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, cosine distances) of the exact top-k among ``rows``."""
+        assert self._vectors is not None
+        mat = np.asarray(self._vectors[rows], dtype=np.float32)
+        q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+        sims = q @ mat.T
+        top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        return rows[top], 1.0 - np.take_along_axis(sims, top, axis=1)
 
     def _exact(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
         ids = self._label_ids[label] if label is not None else np.arange(len(self.keys), dtype=np.int64)
@@ -283,6 +363,14 @@ class HNSWIndex:
         dir.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
         label_files = {label: _label_file(label) for label in self._label_src}
+        if self.sharded:
+            layout: list[dict[str, str]] = []
+            for shard in range(len(self.shard_ranges)):
+                graphs = {lab: self._graph(lab, shard) for lab, srcs in self._shard_label.items() if srcs[shard]}
+                names, written = save_shard(dir, shard, (self._graph(None, shard), graphs), label_files)
+                layout.append(names)
+                files.update(written)
+            return files | self.write_sharded_meta(dir, layout)
         for name, index in [(GLOBAL_FILE, self._graph(None))] + [
             (label_files[label], self._graph(label)) for label in sorted(self._label_src)
         ]:
@@ -318,13 +406,19 @@ class HNSWIndex:
         fsync_dir(dir)
         return files
 
+    def write_sharded_meta(self, dir: Path, layout: list[dict[str, str]]) -> dict[str, str]:
+        """``vectors.npy`` and the id table of a sharded index whose shard files exist (``layout``: per shard,
+        {label: file}); returns their {file: sha256}."""
+        return write_sharded_meta(Path(dir), self.keys, self.labels, self.vectors(self.keys), self.params,
+                                  self.shard_ranges, layout)
+
     @classmethod
     def load(cls, dir: Path, *, ef: int | None = None, checksums: dict[str, str] | None = None) -> HNSWIndex:
         """Open a saved index; pass ``checksums`` (from the manifest) to verify files first."""
         dir = Path(dir)
         meta_path = dir / IDS_FILE
 
-        def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str]:
+        def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str, Any]:
             return (
                 int(meta["dim"]),
                 HNSWParams.model_validate(meta["params"]),
@@ -332,9 +426,10 @@ class HNSWIndex:
                 [str(lab) for lab in meta["labels"]],
                 {str(k): str(v) for k, v in meta["label_files"].items()},
                 str(meta["global"]),
+                meta.get("shards"),
             )
 
-        dim, params, keys, labels, label_files, global_name = read_index_meta(
+        dim, params, keys, labels, label_files, global_name, shards = read_index_meta(
             dir, IDS_FILE, "HNSW index", checksums, parse
         )
         if len(keys) != len(labels):
@@ -342,14 +437,51 @@ class HNSWIndex:
         counts: dict[str, int] = {}
         for lab in labels:
             counts[lab] = counts.get(lab, 0) + 1
+        if ef is not None:
+            params = params.model_copy(update={"ef": ef})
+        if shards is not None:
+            return cls._load_shards(dir, keys, labels, dim, params, shards)
         for name in [global_name, *label_files.values()]:
             if not (dir / name).is_file():
                 raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
         global_index = cls._opener(dir / global_name, dim, len(keys))
         by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
-        if ef is not None:
-            params = params.model_copy(update={"ef": ef})
         return cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+
+    @classmethod
+    def _load_shards(
+        cls, dir: Path, keys: list[str], labels: list[str], dim: int, params: HNSWParams, shards: Any
+    ) -> HNSWIndex:
+        """A sharded index from its id table's ``shards`` entries (row ranges and graph files)."""
+        try:
+            ranges = [(int(e["start"]), int(e["end"])) for e in shards]
+            layout = [{str(k): str(v) for k, v in e["label_files"].items()} for e in shards]
+            globals_ = [str(e["global"]) for e in shards]
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise IndexCorruptError(f"{dir / IDS_FILE} has a malformed shard layout ({exc}) -- rebuild it") from exc
+        if not ranges or ranges[0][0] != 0 or ranges[-1][1] != len(keys) or any(
+            a[1] != b[0] for a, b in itertools.pairwise(ranges)
+        ):
+            raise IndexCorruptError(f"{dir / IDS_FILE}: shard ranges {ranges} do not cover the {len(keys)} rows "
+                                    "once each -- rebuild the index with `skb index`")
+        label_arr = np.asarray(labels, dtype=object)
+        names = sorted(set(labels))
+        per_label: dict[str, list[Source | None]] = {lab: [] for lab in names}
+        glob: list[Source] = []
+        for (start, end), files, gname in zip(ranges, layout, globals_, strict=True):
+            for name in [gname, *files.values()]:
+                if not (dir / name).is_file():
+                    raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
+            glob.append(cls._opener(dir / gname, dim, end - start))
+            part = label_arr[start:end]
+            for lab in names:
+                rel = files.get(lab)
+                per_label[lab].append(None if rel is None else cls._opener(dir / rel, dim, int((part == lab).sum())))
+        vectors = cls._map_vectors(dir, len(keys), dim)
+        if vectors is None:
+            raise IndexCorruptError(f"{dir / VECTORS_FILE} is missing -- rebuild the index with `skb index`")
+        return cls(keys, labels, dim, params, glob[0], dict.fromkeys(names, glob[0]), vectors=vectors,
+                   shards=(ranges, (glob, per_label)))
 
     @classmethod
     def _opener(cls, path: Path, dim: int, expected: int) -> Opener:
@@ -387,3 +519,43 @@ class HNSWIndex:
                 "-- rebuild with `skb index`"
             )
         return index
+
+
+def write_sharded_meta(
+    dir: Path,
+    keys: Sequence[str],
+    labels: Sequence[str],
+    vectors: np.ndarray,
+    params: HNSWParams,
+    ranges: Sequence[tuple[int, int]],
+    layout: Sequence[dict[str, str]],
+) -> dict[str, str]:
+    """``vectors.npy`` and ``ids.json`` of a sharded index whose shard graphs are written (by
+    `HNSWIndex.save` or by parallel tasks); ``layout`` holds per shard {label: file}. Returns {file: sha256}."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False)
+    atomic_write_bytes(dir / VECTORS_FILE, buf.getvalue())
+    meta = {
+        "format": _FORMAT,
+        "space": "cosine",
+        "dim": int(vectors.shape[1]),
+        "params": params.model_dump(),
+        "global": GLOBAL_FILE,
+        "label_files": {label: _label_file(label) for label in sorted(set(labels))},
+        "shards": [
+            {"start": a, "end": b, "global": f"{shard_dir(i)}/{GLOBAL_FILE}", "label_files": dict(layout[i])}
+            for i, (a, b) in enumerate(ranges)
+        ],
+        "keys": list(keys),
+        "labels": list(labels),
+    }
+    atomic_write_json(dir / IDS_FILE, meta, indent=None)
+    fsync_dir(dir)
+    return {VECTORS_FILE: sha256_file(dir / VECTORS_FILE), IDS_FILE: sha256_file(dir / IDS_FILE)}
+
+
+def label_file(label: str) -> str:
+    """The file name of a label's graph (inside a shard's directory for a sharded index)."""
+    return _label_file(label)

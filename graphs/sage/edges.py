@@ -66,10 +66,13 @@ __all__ = [
     "compute_candidates",
     "default_fields",
     "field_text",
+    "knn_candidate_pairs",
 ]
 
 Logic = Literal["or", "and"]
 StageProgress = Callable[[str, int, int], None]
+KnnPairs = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+"""(vectors, k) -> directed (i, j) pairs, j among i's top-k cosine neighbours, i != j."""
 
 REL = "IS_SIMILAR"
 EDGES_FILE = "edges.jsonl.gz"
@@ -93,7 +96,6 @@ class SimilarityConfig(BaseModel):
     percentile: float | None = Field(default=None, ge=0, le=100)
     logic: Literal["or", "and"] = "or"
     knn: int = Field(default=20, ge=1)
-
 
 
 # -- field texts ---------------------------------------------------------------------------------
@@ -260,7 +262,7 @@ def _check_percentile(percentile: float | None) -> None:
         raise ConfigError(f"similarity percentile must be a number in [0, 100], got {percentile!r} (e.g. 95)")
 
 
-def _knn_pairs(vectors: np.ndarray, k: int, *, seed: int = 100) -> tuple[np.ndarray, np.ndarray]:
+def knn_candidate_pairs(vectors: np.ndarray, k: int, *, seed: int = 100) -> tuple[np.ndarray, np.ndarray]:
     """Directed (i, j) pairs: j among i's top-k cosine neighbours, i != j."""
     n = len(vectors)
     k = min(k, n - 1)
@@ -293,6 +295,9 @@ def _knn_pairs(vectors: np.ndarray, k: int, *, seed: int = 100) -> tuple[np.ndar
     return src, nbrs.reshape(-1)
 
 
+_knn_pairs = knn_candidate_pairs
+
+
 def compute_candidates(
     skb: SKB,
     hnsw: HNSWIndex | None,
@@ -302,11 +307,15 @@ def compute_candidates(
     fields: dict[str, list[str]] | None = None,
     labels: Sequence[str] | None = None,
     progress: StageProgress | None = None,
+    knn_pairs: KnnPairs | None = None,
+    embed_chunk: int = _EMBED_BATCH,
 ) -> SimilarityCandidates:
     """Embed every (label, field), find kNN candidate pairs, score them on every field.
 
     ``fields`` maps label -> field names (``"@text"`` = the node's whole indexed text,
     taken from ``hnsw``); default: :func:`default_fields`. ``labels`` restricts the labels.
+    ``knn_pairs`` replaces the one-process kNN (a build engine's sharded kNN: ``graphs.engine``), and
+    ``embed_chunk`` the number of texts per embedder call.
     """
     from graphs.embedding.embedder import embed_all
 
@@ -364,10 +373,10 @@ def compute_candidates(
                     report("similarity", done, steps)
                     continue
                 pos = np.asarray(positions, dtype=np.int64)
-                vecs = embed_all(embedder, texts, chunk=_EMBED_BATCH)
+                vecs = embed_all(embedder, texts, chunk=embed_chunk)
             timings["embed"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            src, dst = _knn_pairs(vecs, knn)
+            src, dst = (knn_pairs or _knn_pairs)(vecs, knn)
             ga, gb = pos[src], pos[dst]
             lo, hi = np.minimum(ga, gb), np.maximum(ga, gb)
             codes = np.unique(lo * n + hi)
@@ -553,6 +562,8 @@ def build_similarity_edges(
     *,
     fields: dict[str, list[str]] | None = None,
     labels: Sequence[str] | None = None,
+    knn_pairs: KnnPairs | None = None,
+    embed_chunk: int = _EMBED_BATCH,
 ) -> SimilarityGraph:
     """IS_SIMILAR edges for ``skb`` by ``config`` (percentile, logic, knn); schema edges are untouched.
 
@@ -562,7 +573,8 @@ def build_similarity_edges(
     _check_percentile(config.percentile)
     assert config.percentile is not None
     t0 = time.perf_counter()
-    cands = compute_candidates(skb, hnsw, embedder, knn=config.knn, fields=fields, labels=labels, progress=progress)
+    cands = compute_candidates(skb, hnsw, embedder, knn=config.knn, fields=fields, labels=labels, progress=progress,
+                               knn_pairs=knn_pairs, embed_chunk=embed_chunk)
     graph = cands.select(config.percentile, config.logic)
     graph.timings_s["total"] = round(time.perf_counter() - t0, 3)
     return graph

@@ -28,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -65,6 +63,16 @@ from graphs.store.falkordb_process import (
     limit_data_memory,
     pid_alive,
 )
+from graphs.store.falkordb_save import (
+    SAVE_SOCKET_TIMEOUT_S,
+    SAVE_WAIT_S,
+    BackgroundSaveBusy,
+    log_since,
+    log_size,
+    save_failure_message,
+    save_waiting,
+)
+from graphs.store.falkordb_save import strip_log_prefix as _strip_log_prefix
 
 try:  # advisory lock so two processes do not both start a server for one dir
     import fcntl
@@ -82,12 +90,14 @@ __all__ = [
     "MAX_QUEUED_QUERIES",
     "QUERY_MEM_CAPACITY",
     "RESULTSET_SIZE",
+    "SAVE_WAIT_S",
     "SECRET_FILE",
     "SERVE_MEMORY_HEADROOM",
     "STATE_FILE",
     "TIMEOUT_DEFAULT_MS",
     "TIMEOUT_MAX_MS",
     "USERNAME",
+    "BackgroundSaveBusy",
     "FalkorDBServer",
     "acl_text",
     "connect",
@@ -148,12 +158,14 @@ class FalkorDBServer:
         timeout_default_ms: int = TIMEOUT_DEFAULT_MS,
         timeout_max_ms: int = TIMEOUT_MAX_MS,
         startup_timeout_s: float = 30.0,
-        save_schedule: str = "60 1",
+        save_schedule: str = "",
         persist: bool = True,
     ) -> None:
         """``persist=False`` is for serving a built index: no save points and SHUTDOWN NOSAVE, so
         serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
-        ``persist=True`` (builds, tests) stop() saves only when something changed since the last save."""
+        ``persist=True`` (builds, tests) stop() saves only when something changed since the last save.
+        ``save_schedule`` (Redis's ``save`` policy) is empty: a loading server takes no snapshots of its
+        own, whose background save would make the load's SAVE refused (`falkordb_save`)."""
         self.data_dir = Path(data_dir)
         # At least 4 even on 2 cores: a store runs at most thread_count - 1 model queries at once
         # (FalkorDBStore.query), and a query parsing or evaluating one long expression holds its
@@ -174,6 +186,7 @@ class FalkorDBServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self.memory_limit: int | None = None
         """RLIMIT_DATA in bytes this object set on the server it started, None when unlimited."""
+        self._save_log_offset = 0
         self._lock = threading.RLock()
 
     # -- public ---------------------------------------------------------------
@@ -246,27 +259,18 @@ class FalkorDBServer:
             raise StoreUnavailableError(f"FalkorDB server for {self.data_dir} is not started; call start() first")
         return connect(self.port, self._password, socket_timeout=socket_timeout)
 
-    def save(self) -> None:
-        """Synchronous SAVE so dump.rdb holds everything loaded so far."""
-        with self._redis() as conn:
-            conn.save()
+    def save(self, wait_s: float = SAVE_WAIT_S) -> None:
+        """Synchronous SAVE so dump.rdb holds everything loaded so far; a background save in progress is
+        waited for up to ``wait_s`` seconds, then refused (`BackgroundSaveBusy`)."""
+        self._save_log_offset = log_size(self.log_path)
+        with self._redis(socket_timeout=SAVE_SOCKET_TIMEOUT_S) as conn:
+            save_waiting(conn, wait_s)
 
     def save_failure(self, exc: BaseException) -> str:
-        """Why SAVE failed, from the server's log (the reply itself is often empty), with the free space
-        of the data dir; the reason is quoted, not only pointed at, because a failed build deletes the
-        temporary directory that holds the log."""
-        lines = [_strip_log_prefix(ln.strip()) for ln in self._log_tail(4000).splitlines() if ln.strip()]
-        saving = [ln for ln in lines if any(s in ln.lower() for s in ("saving", "save", "rdb", "temp db", "write error"))]
-        reason = "; ".join(dict.fromkeys(ln[:200] for ln in saving[-3:])) or str(exc).strip() or type(exc).__name__
-        try:
-            free = shutil.disk_usage(self.data_dir).free
-        except OSError:
-            free = -1
-        full = "no space left" in reason.lower() or "disk quota" in reason.lower() or 0 <= free < (1 << 20)
-        where = f"{self.data_dir} ({free / 1e6:,.1f} MB free)" if free >= 0 else str(self.data_dir)
-        fix = ("the disk is full: free space there (or build the index on another disk) and run the build again"
-               if full else "check that the directory is writable and has free space, then run the build again")
-        return f"FalkorDB could not save the graph to {where}: {reason}; {fix}"
+        """Why SAVE failed, in the server's words (its reply, then what its log gained since the save
+        began), with the free space of the data dir; quoted, not only pointed at, because a failed build
+        deletes the temporary directory that holds the log."""
+        return save_failure_message(exc, log_since(self.log_path, self._save_log_offset), self.data_dir)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """SHUTDOWN SAVE a server we started (kill it if it hangs); detach from one we only attached to."""
@@ -520,12 +524,6 @@ class FalkorDBServer:
 #: Log lines of a server that refused its dump file.
 _RDB_FAILURES = ("RDB ERROR DETECTED", "rdb file reading failure", "Internal error in RDB", "Wrong RDB checksum",
                  "Short read", "Bad file format", "Can't handle RDB format")
-_LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
-
-
-def _strip_log_prefix(line: str) -> str:
-    """A redis log line without its ``pid:role date time level`` prefix."""
-    return _LOG_PREFIX.sub("", line)
 
 
 class _PortInUse(Exception):

@@ -1,0 +1,104 @@
+"""HNSW graphs in shards: which rows each shard holds, building one shard's graphs, and the exact merge
+of per-shard top-k lists.
+
+Why shards: one HNSW graph is built by one process, in one memory. Split by contiguous row ranges, the
+graphs of a shard (its global graph and one per label present in it) build independently -- in parallel
+tasks on a cluster (``graphs.engine``) -- and a query searches every shard and keeps the best ``k`` of
+their union. Every shard uses the index's global ids (row positions), so the id table, ``vectors.npy``
+and the per-label id lists stay one for the whole index. A one-shard index is the unsharded layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+import hnswlib
+import numpy as np
+
+from graphs.manifest import HNSWParams, fsync_file, sha256_file, temp_path_for
+
+__all__ = ["ShardGraphs", "build_shard", "merge_topk", "save_shard", "shard_dir", "shard_ranges"]
+
+ShardGraphs: TypeAlias = tuple[hnswlib.Index, dict[str, hnswlib.Index]]
+"""One shard's global graph and its per-label graphs (labels present in the shard only)."""
+
+
+def shard_ranges(n: int, shards: int) -> list[tuple[int, int]]:
+    """``shards`` contiguous, near-equal row ranges covering ``0..n`` (fewer when ``n`` is smaller)."""
+    count = max(1, min(int(shards), n)) if n else 1
+    bounds = np.linspace(0, n, count + 1).round().astype(np.int64)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+
+def shard_dir(shard: int) -> str:
+    return f"shard-{shard:03d}"
+
+
+def new_graph(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Index:
+    index = hnswlib.Index(space="cosine", dim=dim)
+    index.init_index(max_elements=max(size, 1), ef_construction=params.ef_construction, M=params.M, random_seed=seed)
+    return index
+
+
+def build_shard(
+    vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int
+) -> ShardGraphs:
+    """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids."""
+    ids = np.arange(start, end, dtype=np.int64)
+    block = np.ascontiguousarray(vectors[start:end], dtype=np.float32)
+    dim = block.shape[1]
+    global_graph = new_graph(dim, len(ids), params, seed)
+    global_graph.add_items(block, ids, num_threads=threads)
+    label_arr = np.asarray(labels[start:end], dtype=object)
+    by_label: dict[str, hnswlib.Index] = {}
+    for label in sorted(set(label_arr.tolist())):
+        rows = np.flatnonzero(label_arr == label)
+        graph = new_graph(dim, len(rows), params, seed)
+        graph.add_items(block[rows], ids[rows], num_threads=threads)
+        by_label[label] = graph
+    return global_graph, by_label
+
+
+def save_graph(graph: hnswlib.Index, target: Path) -> str:
+    """Write one hnswlib graph atomically; returns its sha256."""
+    tmp = temp_path_for(target)
+    try:
+        graph.save_index(str(tmp))
+        fsync_file(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return sha256_file(target)
+
+
+def save_shard(
+    root: Path, shard: int, graphs: ShardGraphs, label_file: dict[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Write a shard's graphs under ``root/shard-NNN/``: ({label: relative file}, {relative file: sha256})."""
+    sub = shard_dir(shard)
+    (root / sub).mkdir(parents=True, exist_ok=True)
+    global_graph, by_label = graphs
+    files = {f"{sub}/global.bin": save_graph(global_graph, root / sub / "global.bin")}
+    names: dict[str, str] = {}
+    for label in sorted(by_label):
+        rel = f"{sub}/{label_file[label]}"
+        files[rel] = save_graph(by_label[label], root / rel)
+        names[label] = rel
+    return names, files
+
+
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The best ``k`` of per-shard answers, per query: ``parts`` holds (ids, distances) arrays of shape
+    (queries, k_s), one pair per shard. Ordered by distance, ties by id, so the merge is deterministic."""
+    ids = np.concatenate([p[0] for p in parts], axis=1).astype(np.int64)
+    dists = np.concatenate([p[1] for p in parts], axis=1).astype(np.float64)
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for row_ids, row_d in zip(ids, dists, strict=True):
+        order = np.lexsort((row_ids, row_d))[:k]
+        out.append((row_ids[order], row_d[order]))
+    return out
