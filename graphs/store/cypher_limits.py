@@ -5,11 +5,11 @@ parameter values a server would not see as sent.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphs.errors import CypherValidationError, ParameterValueError, QueryTooComplexError
+from graphs.store.cypher_arithmetic import INT64_MAX, INT64_MIN, Number, fold
 from graphs.store.cypher_lexer import Token, _context, _is_name_position, tokenize
 
 # Why static bounds: FalkorDB's Cypher parser backtracks, so parse time doubles with every
@@ -41,8 +41,6 @@ multiplies rows, which stream and are bounded by the server timeout."""
 
 MAX_PARAM_DEPTH = 32
 """Deepest nesting of lists and maps in a query parameter value."""
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -132,151 +130,39 @@ def _call_args(tokens: Sequence[Token], open_idx: int) -> tuple[list[list[Token]
     return (args if args != [[]] else []), j
 
 
-_CONST_CHARS = frozenset("0123456789.eE+-*/^() \t\r\n")
-
-
-def _constant(cypher: str, arg: Sequence[Token], params: Mapping[str, Any] | None) -> float | None:
-    """The numeric value of a range() argument when it is a literal, a constant expression of
-    literals or a $parameter; None when it depends on data (or is not a number)."""
-    if not arg:
-        return None
-    if len(arg) == 1 and arg[0].kind == "param":
-        value = (params or {}).get(arg[0].text[1:])
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return None
-        try:
-            return float(value)
-        except OverflowError:  # an int past every float (10**400): unbounded, as far as a range() is concerned
-            return math.inf if value > 0 else -math.inf
-    if any(t.kind not in ("number", "punct", "word") for t in arg):
+def _constant(cypher: str, arg: Sequence[Token], params: Mapping[str, Any] | None) -> Number | None:
+    """The value of a range() argument as the server computes it (Cypher's integer and float arithmetic, see
+    `cypher_arithmetic`) when it is a constant expression of literals and numeric $parameters; None when it
+    depends on data or is not a number."""
+    if not arg or any(t.kind not in ("number", "punct", "word", "param") for t in arg):
         return None
     end = arg[-1].pos + len(arg[-1].text)
-    text = cypher[arg[0].pos : end]
-    if not set(text) <= _CONST_CHARS:
-        return None
-    return _Arithmetic(text).value()
-
-
-_NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
-#: Deeper than any expression the guard lets through (its nesting bound), shallow enough for the stack.
-_MAX_DEPTH = 100
-
-
-class _Arithmetic:
-    """The value of numbers with + - * / ^ and brackets, read as Python reads them (``^`` as ``**``: it binds
-    tighter than a sign on its left and groups to the right), or None when the text is not such an expression.
-
-    Why not ``ast.parse``: CPython 3.11 keeps the AST conversion's recursion depth in interpreter-wide state,
-    and readers check queries on several threads at once; a parse beside another thread's AST work failed
-    with ``SystemError: AST constructor recursion depth mismatch``. A power never computes a huge number."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens: list[str] = []
-        pos = 0
-        while pos < len(text):
-            if text[pos] in " \t\r\n":
-                pos += 1
-                continue
-            number = _NUMBER.match(text, pos)
-            if number:
-                self.tokens.append(number.group())
-                pos = number.end()
-            elif text.startswith("**", pos) or text.startswith("//", pos):
-                self.tokens.append(text[pos : pos + 2])
-                pos += 2
-            else:
-                self.tokens.append("**" if text[pos] == "^" else text[pos])
-                pos += 1
-        self.at = 0
-
-    def value(self) -> float | None:
-        try:
-            result = self._sum(0)
-        except _NotArithmetic:
-            return None
-        return result if self.at == len(self.tokens) else None
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.at] if self.at < len(self.tokens) else None
-
-    def _take(self) -> str:
-        token = self._peek()
-        if token is None:
-            raise _NotArithmetic
-        self.at += 1
-        return token
-
-    def _sum(self, depth: int) -> float | None:
-        left = self._product(depth)
-        while self._peek() in ("+", "-"):
-            op, right = self._take(), self._product(depth)
-            left = None if left is None or right is None else (left + right if op == "+" else left - right)
-        return left
-
-    def _product(self, depth: int) -> float | None:
-        left = self._factor(depth)
-        while self._peek() in ("*", "/", "//"):
-            op, right = self._take(), self._factor(depth)
-            if left is None or right is None or op == "//":  # floor division is not folded
-                left = None
-            elif op == "*":
-                left = left * right
-            else:
-                left = left / right if right else None
-        return left
-
-    def _factor(self, depth: int) -> float | None:
-        if depth > _MAX_DEPTH:
-            raise _NotArithmetic
-        if self._peek() in ("+", "-"):
-            sign = self._take()
-            inner = self._factor(depth + 1)
-            return None if inner is None else (-inner if sign == "-" else inner)
-        base = self._atom(depth)
-        if self._peek() != "**":
-            return base
-        self._take()
-        exponent = self._factor(depth + 1)
-        if base is None or exponent is None:
-            return None
-        try:
-            return math.inf if abs(exponent) > 400 and abs(base) > 1 else float(base**exponent)
-        except (OverflowError, ZeroDivisionError, TypeError):
-            return math.inf
-
-    def _atom(self, depth: int) -> float | None:
-        token = self._take()
-        if token == "(":
-            inner = self._sum(depth + 1)
-            if self._take() != ")":
-                raise _NotArithmetic
-            return inner
-        if not _NUMBER.fullmatch(token):
-            raise _NotArithmetic
-        if token.isdigit() and len(token) > 1 and token[0] == "0" and token.strip("0"):
-            raise _NotArithmetic  # Python refuses a decimal integer with a leading zero
-        return float(token)
-
-
-class _NotArithmetic(Exception):
-    """The text is not an arithmetic expression of numbers."""
+    return fold(cypher[arg[0].pos : end], params)
 
 
 def _range_elements(cypher: str, args: Sequence[Sequence[Token]], params: Mapping[str, Any] | None) -> float | None:
-    """How many elements range(start, end[, step]) produces; None when a bound is not constant."""
+    """How many elements range(start, end[, step]) builds on the server; None when a bound is not constant.
+
+    Exact for integers (the server's bounds are 64-bit integers, so Python's integers count them without
+    rounding). The server refuses a float bound ("expected Integer but was Float") and a zero step before
+    it builds anything, so those count 0 -- unless the float would enumerate past a limit read as a number,
+    which is refused as well: the count must never be below what a server could build.
+    """
     if len(args) not in (2, 3):
         return None
     values = [_constant(cypher, a, params) for a in args]
-    if any(v is None or math.isnan(v) for v in values):
+    if any(v is None for v in values):
         return None
     start, end = values[0], values[1]
-    step = values[2] if len(values) == 3 else 1.0
+    step = values[2] if len(values) == 3 else 1
     assert start is not None and end is not None and step is not None
-    if step == 0:
-        return 0.0  # the server reports a zero step itself
-    if math.isinf(start) or math.isinf(end) or math.isinf(step):
+    if isinstance(start, int) and isinstance(end, int) and isinstance(step, int):
+        return 0.0 if step == 0 else float(max(0, (end - start) // step + 1))
+    if any(math.isnan(float(v)) for v in (start, end, step)) or step == 0:
+        return 0.0
+    if any(math.isinf(float(v)) for v in (start, end, step)):
         return math.inf
-    return max(0.0, math.floor((end - start) / step) + 1)
+    return max(0.0, math.floor((float(end) - float(start)) / float(step)) + 1)
 
 
 def _reduce_growth(tokens: Sequence[Token], open_idx: int) -> str | None:
@@ -415,9 +301,9 @@ def check_resources(cypher: str, params: Mapping[str, Any] | None = None) -> Non
             if count is None:
                 raise QueryTooComplexError(
                     f"range() at offset {tok.pos} ({_context(cypher, tok.pos)!r}) has a bound that is not a "
-                    "number literal or a numeric $parameter: the server builds the whole list before any memory check, "
-                    f"so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} elements); "
-                    "pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
+                    "constant number (literals and numeric $parameters with + - * / % ^): the server builds the whole "
+                    f"list before any memory check, so bounds must be known in advance (at most {MAX_RANGE_ELEMENTS} "
+                    "elements); pass the bounds as $parameters or iterate over the list itself (UNWIND list AS x)"
                 )
             total += count
             if count > MAX_RANGE_ELEMENTS or total > MAX_RANGE_TOTAL:

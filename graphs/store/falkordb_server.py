@@ -102,6 +102,7 @@ __all__ = [
     "acl_text",
     "connect",
     "limit_data_memory",
+    "per_query_memory_cap",
     "pid_alive",
     "read_password",
     "stop_server_for",
@@ -117,10 +118,11 @@ DUMP_FILE = "dump.rdb"
 #  TIMEOUT_MAX caps any per-query timeout (bulk-load batches ask for it explicitly);
 #  RESULTSET_SIZE is a transport safety net far above any row cap the tools use;
 #  CACHE_SIZE holds plans of the parametrised neighbor/schema queries plus model queries;
-#  QUERY_MEM_CAPACITY fails a query whose memory grows past it -- checked between records only,
-#  so it stops collect()/aggregation growth but not one huge expression (range(1, 5e7) reached
-#  785 MB under a 256 MiB cap): the Cypher guard refuses those statically, and a served index's
-#  server also runs under SERVE_MEMORY_HEADROOM (below) as the hard backstop.
+#  QUERY_MEM_CAPACITY fails a query whose memory grows past it, with an error, and the server stays up
+#  (see per_query_memory_cap). It is checked as the query allocates, but one expression is built in full
+#  before the check sees it (a 760 MB list comprehension under a 64 MiB cap peaked at 809 MB, then
+#  failed; range(1, 5e7) reached 785 MB under 256 MiB): the Cypher guard bounds those statically, and a
+#  served index's server also runs under SERVE_MEMORY_HEADROOM (below) as the hard backstop.
 TIMEOUT_DEFAULT_MS = 30_000
 TIMEOUT_MAX_MS = 600_000
 RESULTSET_SIZE = 100_000
@@ -132,6 +134,17 @@ set once the data is loaded). An expression that allocates past it makes the ser
 store restarts it on the next call) instead of taking the machine's memory. 0 disables the limit;
 builds (persist=True) run without it because loading grows the server by the graph's size."""
 MAX_QUEUED_QUERIES = 256
+
+
+def per_query_memory_cap(thread_count: int, headroom: int) -> int:
+    """The per-query memory cap of a server with `thread_count` query threads under a data ceiling
+    `headroom` bytes above its loaded size (0: no ceiling): QUERY_MEM_CAPACITY, lowered so that every
+    thread at its cap, plus one more share for an expression that overshoots before the check, still fits
+    under the ceiling. Why: a query stopped by the cap is an error its caller can act on; the ceiling aborts
+    the whole server (every reader's call then fails until it restarts)."""
+    if headroom <= 0:
+        return QUERY_MEM_CAPACITY
+    return max(16 * 1024**2, min(QUERY_MEM_CAPACITY, headroom // (thread_count + 1)))
 
 
 def _free_port() -> int:
@@ -160,6 +173,7 @@ class FalkorDBServer:
         startup_timeout_s: float = 30.0,
         save_schedule: str = "",
         persist: bool = True,
+        query_mem_capacity: int | None = None,
     ) -> None:
         """``persist=False`` is for serving a built index: no save points and SHUTDOWN NOSAVE, so
         serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
@@ -179,6 +193,10 @@ class FalkorDBServer:
         self.startup_timeout_s = startup_timeout_s
         self.save_schedule = save_schedule
         self.persist = persist
+        self.query_mem_capacity = query_mem_capacity or per_query_memory_cap(
+            self.thread_count, 0 if persist else SERVE_MEMORY_HEADROOM
+        )
+        """Bytes one query may hold before the server fails it (FalkorDB's QUERY_MEM_CAPACITY)."""
         self.port: int | None = None
         self.pid: int | None = None
         self.owned = False
@@ -427,7 +445,7 @@ class FalkorDBServer:
             "TIMEOUT_MAX", str(self.timeout_max_ms),
             "TIMEOUT_DEFAULT", str(self.timeout_default_ms),
             "RESULTSET_SIZE", str(RESULTSET_SIZE),
-            "QUERY_MEM_CAPACITY", str(QUERY_MEM_CAPACITY),
+            "QUERY_MEM_CAPACITY", str(self.query_mem_capacity),
             "MAX_QUEUED_QUERIES", str(MAX_QUEUED_QUERIES),
         ]  # fmt: skip
 

@@ -30,7 +30,7 @@ from graphs.errors import (
 from graphs.store.base import CypherStore, ProgressFn
 from graphs.store.falkordb_bulk import BulkUnsupported, edge_tokens, node_tokens
 from graphs.store.falkordb_bulk import commands as bulk_commands
-from graphs.store.falkordb_server import HOST, QUERY_MEM_CAPACITY, RESULTSET_SIZE, FalkorDBServer
+from graphs.store.falkordb_server import HOST, RESULTSET_SIZE, FalkorDBServer
 from graphs.store.props import quote_name
 
 __all__ = ["FalkorDBServer", "FalkorDBStore"]
@@ -261,8 +261,7 @@ class FalkorDBStore(CypherStore):
                 "lists and maps with plain keys"
             ) from exc
 
-    @staticmethod
-    def _map_response_error(exc: redis.ResponseError, cypher: str, timeout_ms: int) -> StoreError:
+    def _map_response_error(self, exc: redis.ResponseError, cypher: str, timeout_ms: int) -> StoreError:
         msg = str(exc)
         low = msg.lower()
         if "empty key" in low:
@@ -277,7 +276,8 @@ class FalkorDBStore(CypherStore):
             )
         if "mem consumption" in low or "memory" in low:
             return StoreError(
-                f"query exceeded FalkorDB's per-query memory cap ({QUERY_MEM_CAPACITY // 1024**2} MiB): {msg}; "
+                f"query exceeded FalkorDB's per-query memory cap ({self.server.query_mem_capacity // 1024**2} MiB): "
+                f"{msg}; "
                 "avoid materialising huge lists (range(), collect()) and add a LIMIT"
             )
         if "read-only" in low or "ro_query" in low:

@@ -109,6 +109,22 @@ def test_strict_build_renders_every_page_and_the_api_reference(site: Path) -> No
         assert f'id="agent.{name}"' in api or f'id="graphs.bundle.{name}"' in api, f"API reference lacks {name}"
 
 
+_PARAGRAPH = re.compile(r"<p>(.*?)</p>", re.DOTALL)
+_LIST_LINE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S", re.MULTILINE)
+
+
+def test_no_list_is_rendered_inside_a_paragraph(site: Path) -> None:
+    """A list written right under a paragraph line, without a blank line, renders as that paragraph's text
+    ("... from the data: - node types: ..."): every page's paragraphs are read from the built site."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for paragraph in _PARAGRAPH.findall(page.read_text(encoding="utf-8")):
+            hit = _LIST_LINE.search(paragraph)
+            if hit:
+                found.append(f"{page.relative_to(site)}: {paragraph[max(0, hit.start() - 60) : hit.end() + 40]!r}")
+    assert found == [], "add a blank line before these lists:\n" + "\n".join(found)
+
+
 def test_every_old_readme_section_is_a_page_in_the_navigation() -> None:
     nav = set(_nav_pages(_config()["nav"]))
     assert {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")} == nav, "a page outside the navigation"

@@ -1,22 +1,28 @@
-"""The speed guard (``evals.speed_guard``) passes on this build and fails on a build whose question path is
-slowed: the stages' p50 over a pinned reference workload, measured interleaved in one process, against
-the pinned ratios. The slowed build is this one with a delay put into the hot path (the neighbour
-aggregate every expansion makes), sized from this machine's own measurement, so the failure does not
+"""The speed guard (``evals.speed_guard``) passes on this build and fails on a build with any one stage slowed by
+1.3x: the stages' CPU medians over a pinned reference workload, measured interleaved in one process, against
+per-stage limits set from the guard's measured spread. The slowed build is this one with every call of a stage
+made to use 1.3 times its own CPU (``run_guard(slow=...)``, the mechanism ``--slow`` uses), so the failure does not
 depend on how fast the machine is."""
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import tools.search_nodes as search_nodes_module
 from evals import speed_guard
-from evals.speed_guard import GuardReport, guard_index, run_guard, write_report
+from evals.speed_guard import (
+    SLOWDOWN,
+    GuardReport,
+    derive_limits,
+    guard_index,
+    run_guard,
+    spread_markdown,
+    summarise,
+    write_report,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,32 +41,49 @@ def report(index_dir: Path) -> GuardReport:
 def test_the_guard_passes_and_reports_every_stage(report: GuardReport, tmp_path: Path) -> None:
     assert [s.stage for s in report.stages] == list(speed_guard.STAGES)
     for stage in report.stages:
-        assert stage.n == speed_guard.QUESTIONS * speed_guard.REPEATS
+        assert stage.n == speed_guard.QUESTIONS * speed_guard.REPEATS * len(stage.attempts)
+        assert len(stage.attempts) in (1, 1 + speed_guard.CONFIRMATIONS)
         assert 0 < stage.p50_ms <= stage.p95_ms
-        assert stage.limit == pytest.approx(stage.pinned * speed_guard.TOLERANCE, rel=1e-3)
+        assert stage.tolerance == speed_guard.TOLERANCES[stage.stage] < SLOWDOWN
+        assert stage.limit == pytest.approx(stage.pinned * stage.tolerance, rel=1e-3)
+        assert 0 < stage.spread < 0.5
     assert report.passed, speed_guard.markdown(report)
+    assert report.slowed == {}
     json_path, md_path = write_report(report, tmp_path)
     assert json.loads(json_path.read_text())["passed"] is True
-    assert "| agent |" in md_path.read_text() and "p95 ms" in md_path.read_text()
+    assert "| agent |" in md_path.read_text() and "spread (CV)" in md_path.read_text()
 
 
-def test_the_guard_fails_when_the_hot_path_slows(
-    report: GuardReport, index_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every neighbour aggregate made to burn three times the CPU a whole expansion used here: the expansion
-    stage's ratio about quadruples, far past the tolerance (the guard compares CPU time, so the delay is
-    work, not a sleep)."""
-    expand = next(s for s in report.stages if s.stage == "expand")
-    delay = 3 * expand.cpu_p50_ms / 1000.0
-    real = search_nodes_module.skb_aggregate
-
-    def slowed(*args: Any, **kwargs: Any) -> Any:
-        end = time.process_time() + delay
-        while time.process_time() < end:
-            pass
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(search_nodes_module, "skb_aggregate", slowed)
-    slow = run_guard(index_dir, questions=8, repeats=2)
+def test_every_stage_slowed_by_the_slowdown_is_seen(report: GuardReport, index_dir: Path) -> None:
+    """Each stage's calls made to use 1.3x their CPU (all three in one run: each stage is measured against the
+    reference on its own): the run fails, each stage's ratio rises well past its noise over the plain run of the
+    same process, and the agent fails its limit. The search and expansion verdicts are not asserted: on a heavily
+    shared machine their ratios drift by batch, and in 5 slowed runs there search failed every time (once by
+    0.3 %) and the expansion 3 times (evals/reports/speed-guard/README.md)."""
+    slow = run_guard(index_dir, slow=dict.fromkeys(speed_guard.STAGES, SLOWDOWN))
+    plain = {s.stage: s.ratio for s in report.stages}
     verdicts = {s.stage: s.passed for s in slow.stages}
-    assert not slow.passed and verdicts["expand"] is False, speed_guard.markdown(slow)
+    assert slow.slowed == dict.fromkeys(speed_guard.STAGES, SLOWDOWN)
+    assert not slow.passed and not verdicts["agent"], speed_guard.markdown(slow)
+    for stage in slow.stages:
+        assert len(stage.attempts) == 1 + speed_guard.CONFIRMATIONS  # a verdict over a limit is measured three times
+        assert stage.ratio / plain[stage.stage] > 1.12, speed_guard.markdown(slow)
+
+
+def test_limits_lie_halfway_between_the_spread_and_the_slowdown() -> None:
+    pin, single, confirmed, tolerance = derive_limits([1.0, 1.04, 0.98, 1.02], slowdown=1.3)
+    assert (pin, single) == (pytest.approx(1.01), pytest.approx(0.03 / 1.01))
+    assert confirmed == pytest.approx(0.01 / 1.01)  # the medians of any three runs are 1.00 or 1.02
+    assert tolerance is not None and 1 + confirmed < tolerance < 1.3 * (1 - confirmed)
+    assert tolerance - (1 + confirmed) == pytest.approx(1.3 * (1 - confirmed) - tolerance, abs=1e-3)
+    assert derive_limits([1.0, 1.2, 0.85, 1.19, 0.86], slowdown=1.3)[3] is None  # too noisy: a slowed run could pass
+
+
+def test_the_summary_of_repeated_runs_names_each_stages_spread(report: GuardReport) -> None:
+    runs = {f"run-{i}": report for i in range(3)}
+    spread = summarise(runs)
+    assert [s.stage for s in spread.stages] == list(speed_guard.STAGES)
+    assert all(s.deviation == 0 == s.confirmed_deviation and s.runs == 3 for s in spread.stages)
+    assert "| run-2 |" in spread_markdown(spread)
+    with pytest.raises(ValueError, match="at least two plain runs"):
+        summarise({"one": report})

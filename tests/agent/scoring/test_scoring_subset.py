@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agent.planning.ranking import rank_targets
-from agent.scoring import ontology
+from agent.scoring import annotation_model
 from agent.scoring.stored import model_for
 from evals.studies.scale.generate import generate
 from graphs.loaders.jsonl import load_jsonl
@@ -87,7 +87,7 @@ def test_a_query_reaching_every_heavily_annotated_target_still_finds_the_exact_f
     generated: tuple[SKB, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, model = generated
-    monkeypatch.setattr(ontology, "MAX_FLOOR_PROBE", len(model.targets))
+    monkeypatch.setattr(annotation_model, "MAX_FLOOR_PROBE", len(model.targets))
     # every term with an IC above zero: the most annotated targets are all reached, so the walk must go on
     everything = [t for i, t in enumerate(model.terms) if model.ic[i] > 0]
     _check(model, everything, model.targets[:50])
@@ -102,7 +102,7 @@ def test_past_the_walk_bound_the_floor_is_a_bound_and_the_ranking_is_the_same(
     linked = [{"key": k, "label": "Concept"} for k in everything]
     exact_scores, exact_floor = model.score_of(everything, cands)
     exact_rank = [k for k, _ in rank_targets(skb, "Document", linked, [], cands)]
-    monkeypatch.setattr(ontology, "MAX_FLOOR_PROBE", 64)  # the walk needs more than 64 targets here
+    monkeypatch.setattr(annotation_model, "MAX_FLOOR_PROBE", 64)  # the walk needs more than 64 targets here
     scores, floor = model.score_of(everything, cands)
     assert floor < exact_floor  # a bound, below the exact minimum
     assert floor <= float(model.score(everything).min())
