@@ -4,6 +4,7 @@
 - ``hpo_index_dir``: a real index (FalkorDB store, HNSW, BM25, MiniLM embeddings) built once per session.
 - ``hpo_bundle``: an IndexBundle on that index, opened once per session (its FalkorDB server closes at the end).
 - ``_token_calibration_per_test`` (autouse): token-count calibration reset around every test.
+- ``ray_local``: a local Ray (2 CPUs) for the session, for the tests that run on Ray (Serve replicas, Ray builds).
 - ``orchard``: an IndexBundle (FalkorDB store, hashing embedder) on ``small_graphs.orchard_skb``, per module: the
   in-process aggregate and walk tests compare its SKB with its store, the fast-path tests ask it questions.
 """
@@ -171,3 +172,14 @@ def orchard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
     bundle = IndexBundle.open(path)
     yield bundle
     bundle.close()
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """A local Ray (2 CPUs, no dashboard) for the tests that run on Ray (Ray Serve replicas, Ray builds); one per
+    session because starting Ray takes seconds. Shut down at the end of the session."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, configure_logging=False)
+    yield
+    ray.shutdown()

@@ -74,6 +74,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "ACL_FILE",
     "ALLOWED_COMMANDS",
+    "ATTACH_WAIT_ENV",
     "CACHE_SIZE",
     "DUMP_FILE",
     "HOST",
@@ -122,6 +123,15 @@ set once the data is loaded). An expression that allocates past it makes the ser
 store restarts it on the next call) instead of taking the machine's memory. 0 disables the limit;
 builds (persist=True) run without it because loading grows the server by the graph's size."""
 MAX_QUEUED_QUERIES = 256
+ATTACH_WAIT_ENV = "SKB_FALKORDB_ATTACH_WAIT_S"
+
+
+def _env_seconds(name: str) -> float:
+    """A number of seconds from the environment, read when a server object is made; 0 when unset or not a number."""
+    try:
+        return float(os.environ.get(name, "") or 0)
+    except ValueError:
+        return 0.0
 
 
 def _free_port() -> int:
@@ -150,6 +160,7 @@ class FalkorDBServer:
         startup_timeout_s: float = 30.0,
         save_schedule: str = "60 1",
         persist: bool = True,
+        attach_wait_s: float | None = None,
     ) -> None:
         """``persist=False`` is for serving a built index: no save points and SHUTDOWN NOSAVE, so
         serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
@@ -167,6 +178,12 @@ class FalkorDBServer:
         self.startup_timeout_s = startup_timeout_s
         self.save_schedule = save_schedule
         self.persist = persist
+        if attach_wait_s is None:
+            attach_wait_s = _env_seconds(ATTACH_WAIT_ENV)
+        self.attach_wait_s = max(0.0, attach_wait_s)
+        """Seconds ``start`` waits for another process to start the server before starting one itself
+        (``$SKB_FALKORDB_ATTACH_WAIT_S``): replicas of `skb serve` attach to the server the serving
+        process keeps, rather than own one that would die with them."""
         self.port: int | None = None
         self.pid: int | None = None
         self.owned = False
@@ -197,19 +214,27 @@ class FalkorDBServer:
                 raise StoreUnavailableError(
                     f"cannot create the FalkorDB data dir {self.data_dir}: {exc}; choose a writable index dir"
                 ) from exc
-            with self._dir_lock():
-                if self._attach():
-                    return self
-                self._clean_stale()
-                last_error: StoreUnavailableError | None = None
-                for _ in range(3):  # a free port can be taken between probe and bind
-                    try:
-                        self._spawn()
+            deadline = time.monotonic() + self.attach_wait_s
+            while True:  # the lock is let go between tries: the process that starts the server needs it
+                with self._dir_lock():
+                    if self._attach():
                         return self
-                    except _PortInUse as exc:
-                        last_error = StoreUnavailableError(str(exc))
-                assert last_error is not None
-                raise last_error
+                    if time.monotonic() >= deadline:
+                        return self._spawn_locked()
+                time.sleep(0.1)
+
+    def _spawn_locked(self) -> FalkorDBServer:
+        """Start a new server (the dir lock is held): stale files go first; a port taken meanwhile is retried."""
+        self._clean_stale()
+        last_error: StoreUnavailableError | None = None
+        for _ in range(3):  # a free port can be taken between probe and bind
+            try:
+                self._spawn()
+                return self
+            except _PortInUse as exc:
+                last_error = StoreUnavailableError(str(exc))
+        assert last_error is not None
+        raise last_error
 
     def ensure_running(self) -> bool:
         """Start (again) if the server died; returns True when a (re)start happened."""
