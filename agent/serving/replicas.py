@@ -244,15 +244,24 @@ def replica_pids() -> list[int]:
     return sorted(pids)
 
 
-def wait_until_healthy(timeout_s: float = 60.0) -> None:
-    """Wait until the application reports RUNNING (after a restart or an upscale)."""
+def running_replicas() -> int:
+    """How many replicas Ray Serve reports RUNNING (started and passing their health checks)."""
+    app = serve.status().applications.get(APP_NAME)
+    deployment = app.deployments.get(DEPLOYMENT_NAME) if app is not None else None
+    if deployment is None:
+        return 0
+    return sum(n for state, n in deployment.replica_states.items() if str(state).endswith("RUNNING"))
+
+
+def wait_for_replicas(count: int, timeout_s: float = 90.0) -> None:
+    """Wait until ``count`` replicas run (after a restart or an upscale); TimeoutError naming the count otherwise."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        status = serve.status().applications.get(APP_NAME)
-        if status is not None and str(status.status).endswith("RUNNING"):
+        if running_replicas() >= count:
             return
         time.sleep(0.5)
-    raise TimeoutError(f"the {APP_NAME} application did not become healthy within {timeout_s:.0f} s")
+    raise TimeoutError(f"{running_replicas()} of {count} replicas running after {timeout_s:.0f} s")
 
 
-__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "replica_env", "replica_pids", "start", "wait_until_healthy"]
+__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "replica_env", "replica_pids", "running_replicas", "start",
+           "wait_for_replicas"]
