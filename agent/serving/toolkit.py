@@ -189,19 +189,19 @@ class SKBToolkit(BundleOwner, BaseToolkit):
         ``AgentConfig.with_overrides``). The run is pinned to the build it starts on; when a rebuild is
         swapped in while it runs (the bundle reloaded meanwhile), it is asked again on the new build, so
         a server following rebuilds neither fails the question nor answers it from two builds."""
-        from graphs.errors import IndexMismatchError
-
         if settings:
             self._config().with_overrides(settings, runtime_keys=False)  # every name a setting: a typo is an error
         for attempt in range(RELOAD_RETRIES + 1):
             reloads = getattr(self.bundle, "reloads", 0)
+            last = attempt == RELOAD_RETRIES
             try:
                 with self.bundle.pinned():
                     result, linked = self._run(question, k=k, k_prime=k_prime, settings=settings)
-                    if getattr(self.bundle, "reloads", 0) == reloads or attempt == RELOAD_RETRIES:
+                    if last or getattr(self.bundle, "reloads", 0) == reloads:
                         return self._text(result, linked, k, detail), result
-            except IndexMismatchError:
-                if attempt == RELOAD_RETRIES:
+            except Exception:
+                # the pinned build was replaced under the run (IndexMismatchError, however a layer wrapped it)
+                if last or getattr(self.bundle, "reloads", 0) == reloads:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
