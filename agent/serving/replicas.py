@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -174,6 +175,16 @@ def _keep_graph_server(served: Served, period_s: float = 0.5) -> None:
             log.warning("graph server for %s not running: %s", served.index_dir, exc)
 
 
+def _reclaim_sigterm() -> None:
+    """Give SIGTERM back to Python's handler (Ray's: exit, so ``finally`` blocks run and ``Served.stop`` removes
+    the app, Ray and the graph server). Ray's core installs a crash handler over it that prints a stack and
+    kills the process at once, which left Ray's agents running without their node."""
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGTERM)
+        if callable(handler):
+            signal.signal(signal.SIGTERM, handler)
+
+
 def start(
     index_dir: Path,
     *,
@@ -199,6 +210,7 @@ def start(
         if not ray.is_initialized():
             ray.init(address=ray_address, log_to_driver=False, configure_logging=False)
             started_ray = True
+            _reclaim_sigterm()
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
         deployment = cast("Deployment", SKBReplica).options(
             ray_actor_options={"num_cpus": replica_cpus},
