@@ -2,6 +2,7 @@
 
     python -m evals.studies.serve_load --index-dir .skb/hpo                       # 1 and 2 replicas, 1..32 clients
     python -m evals.studies.serve_load --index-dir .skb/hpo --replicas 1 --concurrency 1,16 --seconds 5
+    python -m evals.studies.serve_load --index-dir .skb/hpo --same-answers bench/hpo_cases_dev.csv --same-limit 200
 
 Why: replicas exist to use more cores while sharing what can be shared. For each replica count this deploys
 `skb serve`'s application (`agent.serving.replicas`) on a local Ray, and for each concurrency runs that many
@@ -10,7 +11,9 @@ clients, each sending ``POST /ask`` back to back for ``--seconds`` (questions fr
 errors per level, and each replica's RSS and PSS from ``/proc/PID/smaps_rollup`` (PSS divides shared pages
 among the processes that map them: the memory-mapped index counts once across replicas), and the graph
 server's. The summary gives the throughput of the most replicas against one at each concurrency and the sum
-of their PSS against one replica's. Writes ``serve-load.json`` and ``README.md`` to ``--out``.
+of their PSS against one replica's. With ``--same-answers BENCH`` it also asks the benchmark's questions through
+``POST /ask`` and the MCP ``ask`` tool of the most replicas and counts those whose top k differs from `ask()` in
+this process. Writes ``serve-load.json`` and ``README.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,17 @@ class Memory(BaseModel):
     pss_file_mb: float
 
 
+class SameAnswers(BaseModel):
+    """Questions whose top ``k`` over `skb serve` (``POST /ask``, the MCP ``ask`` tool) equals `ask()`'s here."""
+
+    bench: str
+    k: int
+    questions: int
+    ask_same: int
+    mcp_same: int
+    first_difference: str | None = None
+
+
 class ServeLoadReport(BaseModel):
     index_dir: str
     cpus: int
@@ -67,6 +81,7 @@ class ServeLoadReport(BaseModel):
     """Questions per second of the most replicas over one, by concurrency."""
     pss_sum_over_one: float | None
     """Sum of the replicas' PSS with the most replicas over one replica's PSS."""
+    same_answers: SameAnswers | None = None
 
 
 def memory_of(pid: int) -> Memory | None:
@@ -123,6 +138,47 @@ async def _level(url: str, headers: dict[str, str], questions: list[str], client
     )  # fmt: skip
 
 
+async def _served_top(url: str, questions: list[str], k: int) -> tuple[list[list[str]], list[list[str]]]:
+    """Top ``k`` keys of each question from ``POST /ask`` and from the MCP ``ask`` tool."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    over_http: list[list[str]] = []
+    over_mcp: list[list[str]] = []
+    async with httpx2.AsyncClient(timeout=120) as http:
+        for question in questions:
+            r = await http.post(url + "/ask", json={"question": question, "k": k})
+            over_http.append([c["key"] for c in r.json().get("context", [])][:k] if r.status_code == 200 else [])
+        async with Client(streamable_http_client(url + "/mcp", http_client=http)) as client:
+            for question in questions:
+                result = await client.call_tool("ask", {"question": question, "k": k})
+                context = (result.structured_content or {}).get("context", []) if not result.is_error else []
+                over_mcp.append([c["key"] for c in context][:k])
+    return over_http, over_mcp
+
+
+def same_answers(url: str, index_dir: Path, bench: Path, limit: int, k: int = 20) -> SameAnswers:
+    from agent.api import ask
+    from agent.config import AgentConfig
+    from evals.bench import load_bench
+    from graphs.bundle import IndexBundle
+
+    questions = [q.query for q in load_bench(bench, limit=limit).questions]
+    over_http, over_mcp = asyncio.run(_served_top(url, questions, k))
+    ask_same = mcp_same = 0
+    first: str | None = None
+    with IndexBundle.open(index_dir) as bundle:
+        for question, http_keys, mcp_keys in zip(questions, over_http, over_mcp, strict=True):
+            local = [c.key for c in ask(question, bundle=bundle, config=AgentConfig(k=k)).context][:k]
+            ask_same += http_keys == local
+            mcp_same += mcp_keys == local
+            if first is None and (http_keys != local or mcp_keys != local):
+                first = f"{question[:120]}: ask {local[:5]} /ask {http_keys[:5]} mcp {mcp_keys[:5]}"
+    return SameAnswers(bench=str(bench), k=k, questions=len(questions), ask_same=ask_same, mcp_same=mcp_same,
+                       first_difference=first)
+
+
 def run_study(
     index_dir: Path,
     *,
@@ -132,6 +188,8 @@ def run_study(
     port: int,
     replica_cpus: float,
     warmup: int = 8,
+    bench: Path | None = None,
+    bench_limit: int = 200,
 ) -> ServeLoadReport:
     import ray
     from ray import serve
@@ -147,6 +205,7 @@ def run_study(
     levels: list[Level] = []
     memory: dict[str, list[Memory]] = {}
     graph: Memory | None = None
+    same: SameAnswers | None = None
     try:
         for count in replica_counts:
             served = start(index_dir, scale=Scale(replicas=count), port=port, replica_cpus=replica_cpus)
@@ -161,6 +220,8 @@ def run_study(
                 server = served.graph_server
                 if server is not None and server.pid is not None:
                     graph = memory_of(server.pid)
+                if bench is not None and count == max(replica_counts):
+                    same = same_answers(served.url, index_dir, bench, bench_limit)
             finally:
                 served.stop()
     finally:
@@ -178,7 +239,7 @@ def run_study(
     return ServeLoadReport(
         index_dir=str(index_dir), cpus=os.cpu_count() or 0, load_before=load_before, seconds_per_level=seconds,
         tracing=tracing_enabled(), levels=levels, replica_memory=memory, graph_server=graph, speedup=speedup,
-        pss_sum_over_one=round(pss_most / pss_one, 2) if pss_one and most != one else None,
+        pss_sum_over_one=round(pss_most / pss_one, 2) if pss_one and most != one else None, same_answers=same,
     )  # fmt: skip
 
 
@@ -210,6 +271,10 @@ def markdown(report: ServeLoadReport) -> str:
                   + ", ".join(f"{c}: {s:.2f}x" for c, s in report.speedup.items()) + "."]
     if report.pss_sum_over_one is not None:
         lines += [f"Sum of the replicas' PSS over one replica's: {report.pss_sum_over_one:.2f}x."]
+    same = report.same_answers
+    if same is not None:
+        lines += ["", (f"Same top {same.k} as `ask()` on {same.questions} questions of `{same.bench}`: "
+                  f"`POST /ask` {same.ask_same}, MCP `ask` {same.mcp_same}.")]
     return "\n".join(lines) + "\n"
 
 
@@ -221,6 +286,10 @@ def main(
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8765,
     replica_cpus: Annotated[float, typer.Option("--replica-cpus", min=0.01, help="CPUs reserved per replica")] = 1.0,
     out: Annotated[Path, typer.Option("--out", help="report directory")] = DEFAULT_OUT,
+    bench: Annotated[
+        Path | None, typer.Option("--same-answers", help="benchmark CSV whose questions must get ask()'s top 20")
+    ] = None,
+    bench_limit: Annotated[int, typer.Option("--same-limit", min=1, help="questions of --same-answers")] = 200,
 ) -> None:
     """Serve the index with each replica count and load it at each concurrency; write the report."""
     try:
@@ -231,7 +300,7 @@ def main(
     if not counts or not levels or min(counts) < 1 or min(levels) < 1:
         raise typer.BadParameter("--replicas and --concurrency need at least one positive integer each")
     report = run_study(index_dir, replica_counts=counts, concurrency=levels, seconds=seconds, port=port,
-                       replica_cpus=replica_cpus)
+                       replica_cpus=replica_cpus, bench=bench, bench_limit=bench_limit)
     out.mkdir(parents=True, exist_ok=True)
     (out / "serve-load.json").write_text(json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
     (out / "README.md").write_text(markdown(report))

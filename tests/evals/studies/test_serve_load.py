@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from evals.studies.serve_load import Level, Memory, ServeLoadReport, markdown, memory_of
+from evals.studies.serve_load import Level, Memory, SameAnswers, ServeLoadReport, markdown, memory_of
 
 
 def test_memory_of_reads_rss_and_pss_of_a_live_process_and_none_of_a_gone_one() -> None:
@@ -22,7 +22,9 @@ def test_the_report_tables_each_level_and_replica_and_states_the_ratios() -> Non
         levels=[Level(replicas=1, concurrency=16, qps=10.0, **level), Level(replicas=2, concurrency=16, qps=17.5, **level)],
         replica_memory={"1": [Memory(pid=1, rss_mb=400, pss_mb=300, pss_anon_mb=250, pss_file_mb=50)]},
         graph_server=None, speedup={"16": 1.75}, pss_sum_over_one=1.3,
+        same_answers=SameAnswers(bench="dev.csv", k=20, questions=200, ask_same=200, mcp_same=199),
     )  # fmt: skip
     text = markdown(report)
     assert "| 2 | 16 | 17.5 | 10 | 20 | 30 | 0 |" in text and "| 1 | 1 | 400 | 300 | 250 | 50 |" in text
     assert "16: 1.75x" in text and "1.30x" in text
+    assert "Same top 20 as `ask()` on 200 questions of `dev.csv`: `POST /ask` 200, MCP `ask` 199." in text
