@@ -258,6 +258,21 @@ def _mcp(ctx: typer.Context) -> None:
 
 
 @app.command(
+    "serve",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def _serve(ctx: typer.Context) -> None:
+    """Serve the retriever from replicas on Ray Serve (MCP, POST /ask, GET /health); `skb serve --help` lists
+    its options. A forwarder for the same reason as `mcp`: Ray is imported only when `skb serve` runs."""
+    from agent.cli.serve import serve_command
+
+    sub = typer.Typer(add_completion=False)
+    sub.command()(serve_command)
+    sub(args=list(ctx.args), prog_name="skb serve")
+
+
+@app.command(
     "trace",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     add_help_option=False,

@@ -310,6 +310,18 @@ def load_token(token_file: Path | None, environ: Mapping[str, str] | None = None
     return token
 
 
+def loopback_security(host: str) -> TransportSecuritySettings | None:
+    """The SDK's Host/Origin checks for a server bound to loopback (None beyond it, where the token guards):
+    a web page in a local browser must not reach us through DNS rebinding."""
+    if not is_loopback(host):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", f"{host}:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", f"http://{host}:*"],
+    )
+
+
 def build_http_app(
     server: Server[Any],
     *,
@@ -328,16 +340,9 @@ def build_http_app(
             f"with ${TOKEN_ENV} or --token-file PATH (at least {MIN_TOKEN_CHARS} characters, e.g. from "
             f"`{_TOKEN_HINT}`) and have clients send 'Authorization: Bearer <token>', or bind 127.0.0.1"
         )
-    security = None
-    if is_loopback(host):  # a web page in a local browser must not reach us through DNS rebinding
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", f"{host}:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", f"http://{host}:*"],
-        )
     manager = BoundedSessionManager(
         app=server,
-        security_settings=security,
+        security_settings=loopback_security(host),
         session_idle_timeout=session_idle_timeout,
         max_sessions=max_sessions,
     )

@@ -20,6 +20,7 @@ argument, and given a boolean ``full`` it set it to true and read 1,500 tokens i
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,12 +59,20 @@ DEFAULT_TOOLS = ("semantic_search", "search_nodes", "cypher")
 #: every child runnable: inside another agent (whose limit fits its own few model turns) our graph
 #: would inherit that limit and stop mid-question.
 ASK_RECURSION_LIMIT = 200
+#: Times a question is asked again when a rebuild was swapped in while it ran (a rebuild takes minutes).
+RELOAD_RETRIES = 2
+
+
+#: Longest question ``ask`` takes (characters): the tool's and `skb serve`'s /ask limit.
+QUESTION_MAX_CHARS = 4000
+#: Most answer nodes (k) and similar neighbours (k') one ``ask`` ranks.
+MAX_K = 1000
 
 
 class AskArgs(BaseModel):
-    question: str = Field(min_length=1, max_length=4000, description="the user's whole question, as asked")
-    k: int | None = Field(default=None, ge=1, le=1000, description="how many answer nodes to rank (default 20)")
-    k_prime: int | None = Field(default=None, ge=0, le=1000, description="how many similar neighbours to add")
+    question: str = Field(min_length=1, max_length=QUESTION_MAX_CHARS, description="the user's whole question, as asked")
+    k: int | None = Field(default=None, ge=1, le=MAX_K, description="how many answer nodes to rank (default 20)")
+    k_prime: int | None = Field(default=None, ge=0, le=MAX_K, description="how many similar neighbours to add")
     detail: Literal["answers", "full"] = Field(
         default="answers",
         description="answers: the top answers (use this); full: the whole ranked list, only when the user asks for it",
@@ -145,14 +154,7 @@ class SKBToolkit(BundleOwner, BaseToolkit):
         def run(
             question: str, k: int | None = None, k_prime: int | None = None, detail: str = "answers"
         ) -> tuple[str, dict[str, Any]]:
-            from agent.serving.answers import compact_answers, full_context
-
-            result, linked = self._run(question, k=k, k_prime=k_prime)
-            if detail == "full":
-                text = full_context(result, budget_tokens=self._config().tool_output_tokens)
-            else:
-                top = min(self.ask_top, k) if k is not None else self.ask_top
-                text = compact_answers(result, self.bundle.skb, linked, top=top, budget_tokens=self.ask_output_tokens)
+            text, result = self.answer(question, k=k, k_prime=k_prime, detail=detail)
             return text, result.model_dump(mode="json")
 
         return StructuredTool.from_function(
@@ -176,17 +178,61 @@ class SKBToolkit(BundleOwner, BaseToolkit):
 
     def ask(self, question: str, *, k: int | None = None, k_prime: int | None = None) -> dict[str, Any]:
         """The AgentResult of one question as a JSON-ready dict."""
-        return self._run(question, k=k, k_prime=k_prime)[0].model_dump(mode="json")
+        return self.answer(question, k=k, k_prime=k_prime)[1].model_dump(mode="json")
+
+    def answer(
+        self,
+        question: str,
+        *,
+        k: int | None = None,
+        k_prime: int | None = None,
+        detail: str = "answers",
+        settings: Mapping[str, Any] | None = None,
+    ) -> tuple[str, AgentResult]:
+        """One question on one build: the compact text (``detail="full"``: the whole ranking) and the result.
+
+        ``settings`` are agent settings for this call (field or dotted names, checked by
+        ``AgentConfig.with_overrides``). The run is pinned to the build it starts on; when a rebuild is
+        swapped in while it runs (the bundle reloaded meanwhile), it is asked again on the new build, so
+        a server following rebuilds neither fails the question nor answers it from two builds."""
+        if settings:
+            self._config().with_overrides(settings, runtime_keys=False)  # every name a setting: a typo is an error
+        for attempt in range(RELOAD_RETRIES + 1):
+            reloads = getattr(self.bundle, "reloads", 0)
+            last = attempt == RELOAD_RETRIES
+            try:
+                with self.bundle.pinned():
+                    result, linked = self._run(question, k=k, k_prime=k_prime, settings=settings)
+                    if last or getattr(self.bundle, "reloads", 0) == reloads:
+                        return self._text(result, linked, k, detail), result
+            except Exception:
+                # the pinned build was replaced under the run (IndexMismatchError, however a layer wrapped it)
+                if last or getattr(self.bundle, "reloads", 0) == reloads:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _text(self, result: AgentResult, linked: list[dict[str, Any]], k: int | None, detail: str) -> str:
+        from agent.serving.answers import compact_answers, full_context
+
+        if detail == "full":
+            return full_context(result, budget_tokens=self._config().tool_output_tokens)
+        top = min(self.ask_top, k) if k is not None else self.ask_top
+        return compact_answers(result, self.bundle.skb, linked, top=top, budget_tokens=self.ask_output_tokens)
 
     def _run(
-        self, question: str, *, k: int | None = None, k_prime: int | None = None
+        self,
+        question: str,
+        *,
+        k: int | None = None,
+        k_prime: int | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> tuple[AgentResult, list[dict[str, Any]]]:
         """One agent run: its result and the entities it linked (the evidence of the compact answers)."""
         from agent.results import AgentResult
         from agent.tracing.tracer import callbacks_for
         from graphs.errors import PlannerError
 
-        overrides: dict[str, Any] = {}
+        overrides: dict[str, Any] = dict(settings or {})
         if k is not None:
             overrides["k"] = k
         if k_prime is not None:

@@ -215,3 +215,28 @@ def _works_in(pid: int, data_dir: Path) -> bool:
         return Path(f"/proc/{pid}/cwd").resolve(strict=True) == Path(data_dir).resolve()
     except OSError:  # the pid is gone, or not ours to inspect
         return False
+
+
+# FalkorDB's QUERY_MEM_CAPACITY fails a query whose memory grows past it, with an error, and the server
+#  stays up
+#  (see per_query_memory_cap). It is checked as the query allocates, but one expression is built in full
+#  before the check sees it (a 760 MB list comprehension under a 64 MiB cap peaked at 809 MB, then
+#  failed; range(1, 5e7) reached 785 MB under 256 MiB): the Cypher guard bounds those statically, and a
+#  served index's server also runs under SERVE_MEMORY_HEADROOM (below) as the hard backstop.
+QUERY_MEM_CAPACITY = 512 * 1024**2
+SERVE_MEMORY_HEADROOM = int(os.environ.get("SKB_FALKORDB_MEMORY_HEADROOM_MB", "2048")) * 1024**2
+"""How far a served index's server may grow past its size after loading dump.rdb (RLIMIT_DATA,
+set once the data is loaded). An expression that allocates past it makes the server abort (the
+store restarts it on the next call) instead of taking the machine's memory. 0 disables the limit;
+builds (persist=True) run without it because loading grows the server by the graph's size."""
+
+
+def per_query_memory_cap(thread_count: int, headroom: int) -> int:
+    """The per-query memory cap of a server with `thread_count` query threads under a data ceiling
+    `headroom` bytes above its loaded size (0: no ceiling): QUERY_MEM_CAPACITY, lowered so that every
+    thread at its cap, plus one more share for an expression that overshoots before the check, still fits
+    under the ceiling. Why: a query stopped by the cap is an error its caller can act on; the ceiling aborts
+    the whole server (every reader's call then fails until it restarts)."""
+    if headroom <= 0:
+        return QUERY_MEM_CAPACITY
+    return max(16 * 1024**2, min(QUERY_MEM_CAPACITY, headroom // (thread_count + 1)))

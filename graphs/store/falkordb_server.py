@@ -57,10 +57,13 @@ from graphs.store.falkordb_access import (
 from graphs.store.falkordb_process import (
     _STARTED,
     _STARTED_LOCK,
+    QUERY_MEM_CAPACITY,
+    SERVE_MEMORY_HEADROOM,
     _hook_sigterm,
     _spawn_with_parent_death_signal,
     _works_in,
     limit_data_memory,
+    per_query_memory_cap,
     pid_alive,
 )
 from graphs.store.falkordb_save import (
@@ -82,6 +85,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "ACL_FILE",
     "ALLOWED_COMMANDS",
+    "ATTACH_WAIT_ENV",
     "CACHE_SIZE",
     "DUMP_FILE",
     "HOST",
@@ -118,33 +122,21 @@ DUMP_FILE = "dump.rdb"
 #  TIMEOUT_MAX caps any per-query timeout (bulk-load batches ask for it explicitly);
 #  RESULTSET_SIZE is a transport safety net far above any row cap the tools use;
 #  CACHE_SIZE holds plans of the parametrised neighbor/schema queries plus model queries;
-#  QUERY_MEM_CAPACITY fails a query whose memory grows past it, with an error, and the server stays up
-#  (see per_query_memory_cap). It is checked as the query allocates, but one expression is built in full
-#  before the check sees it (a 760 MB list comprehension under a 64 MiB cap peaked at 809 MB, then
-#  failed; range(1, 5e7) reached 785 MB under 256 MiB): the Cypher guard bounds those statically, and a
-#  served index's server also runs under SERVE_MEMORY_HEADROOM (below) as the hard backstop.
+#  QUERY_MEM_CAPACITY and SERVE_MEMORY_HEADROOM: see falkordb_process (the memory backstops).
 TIMEOUT_DEFAULT_MS = 30_000
 TIMEOUT_MAX_MS = 600_000
 RESULTSET_SIZE = 100_000
 CACHE_SIZE = 64
-QUERY_MEM_CAPACITY = 512 * 1024**2
-SERVE_MEMORY_HEADROOM = int(os.environ.get("SKB_FALKORDB_MEMORY_HEADROOM_MB", "2048")) * 1024**2
-"""How far a served index's server may grow past its size after loading dump.rdb (RLIMIT_DATA,
-set once the data is loaded). An expression that allocates past it makes the server abort (the
-store restarts it on the next call) instead of taking the machine's memory. 0 disables the limit;
-builds (persist=True) run without it because loading grows the server by the graph's size."""
 MAX_QUEUED_QUERIES = 256
+ATTACH_WAIT_ENV = "SKB_FALKORDB_ATTACH_WAIT_S"
 
 
-def per_query_memory_cap(thread_count: int, headroom: int) -> int:
-    """The per-query memory cap of a server with `thread_count` query threads under a data ceiling
-    `headroom` bytes above its loaded size (0: no ceiling): QUERY_MEM_CAPACITY, lowered so that every
-    thread at its cap, plus one more share for an expression that overshoots before the check, still fits
-    under the ceiling. Why: a query stopped by the cap is an error its caller can act on; the ceiling aborts
-    the whole server (every reader's call then fails until it restarts)."""
-    if headroom <= 0:
-        return QUERY_MEM_CAPACITY
-    return max(16 * 1024**2, min(QUERY_MEM_CAPACITY, headroom // (thread_count + 1)))
+def _env_seconds(name: str) -> float:
+    """A number of seconds from the environment, read when a server object is made; 0 when unset or not a number."""
+    try:
+        return float(os.environ.get(name, "") or 0)
+    except ValueError:
+        return 0.0
 
 
 def _free_port() -> int:
@@ -174,6 +166,7 @@ class FalkorDBServer:
         save_schedule: str = "",
         persist: bool = True,
         query_mem_capacity: int | None = None,
+        attach_wait_s: float | None = None,
     ) -> None:
         """``persist=False`` is for serving a built index: no save points and SHUTDOWN NOSAVE, so
         serving never rewrites ``dump.rdb`` (the manifest records its size and digest). With
@@ -197,6 +190,12 @@ class FalkorDBServer:
             self.thread_count, 0 if persist else SERVE_MEMORY_HEADROOM
         )
         """Bytes one query may hold before the server fails it (FalkorDB's QUERY_MEM_CAPACITY)."""
+        if attach_wait_s is None:
+            attach_wait_s = _env_seconds(ATTACH_WAIT_ENV)
+        self.attach_wait_s = max(0.0, attach_wait_s)
+        """Seconds ``start`` waits for another process to start the server before starting one itself
+        (``$SKB_FALKORDB_ATTACH_WAIT_S``): replicas of `skb serve` attach to the server the serving
+        process keeps, rather than own one that would die with them."""
         self.port: int | None = None
         self.pid: int | None = None
         self.owned = False
@@ -228,19 +227,27 @@ class FalkorDBServer:
                 raise StoreUnavailableError(
                     f"cannot create the FalkorDB data dir {self.data_dir}: {exc}; choose a writable index dir"
                 ) from exc
-            with self._dir_lock():
-                if self._attach():
-                    return self
-                self._clean_stale()
-                last_error: StoreUnavailableError | None = None
-                for _ in range(3):  # a free port can be taken between probe and bind
-                    try:
-                        self._spawn()
+            deadline = time.monotonic() + self.attach_wait_s
+            while True:  # the lock is let go between tries: the process that starts the server needs it
+                with self._dir_lock():
+                    if self._attach():
                         return self
-                    except _PortInUse as exc:
-                        last_error = StoreUnavailableError(str(exc))
-                assert last_error is not None
-                raise last_error
+                    if time.monotonic() >= deadline:
+                        return self._spawn_locked()
+                time.sleep(0.1)
+
+    def _spawn_locked(self) -> FalkorDBServer:
+        """Start a new server (the dir lock is held): stale files go first; a port taken meanwhile is retried."""
+        self._clean_stale()
+        last_error: StoreUnavailableError | None = None
+        for _ in range(3):  # a free port can be taken between probe and bind
+            try:
+                self._spawn()
+                return self
+            except _PortInUse as exc:
+                last_error = StoreUnavailableError(str(exc))
+        assert last_error is not None
+        raise last_error
 
     def ensure_running(self) -> bool:
         """Start (again) if the server died; returns True when a (re)start happened."""
