@@ -74,13 +74,17 @@ from pydantic import BaseModel
 
 from graphs.skb.model import SKB, Edge, Node
 
-#: Ratio of each stage's CPU lower quartile to the reference workload's (QUANTILE): the median of thirty runs of
-#: this build on the shared 2-core development machine at loads of 6-16 (``evals/reports/speed-guard/spread.md``).
+#: Ratio of each stage's CPU lower quartile to the reference workload's (QUANTILE): the median of ten runs, each in
+#: its own process, on a quiet 2-core Intel Xeon (load 0.9-1.0; ``evals/reports/speed-guard/spread-quiet.md``).
 #: Re-pin after a deliberate change of the workload or of the path's cost, from ``--summarise`` of ten runs.
-PINNED: dict[str, float] = {"agent": 3.0, "search": 0.278, "expand": 0.219}
-#: A stage fails when its ratio exceeds this many times its pin (set by :func:`derive_limits`, see the docstring).
-TOLERANCES: dict[str, float] = {"agent": 1.14, "search": 1.14, "expand": 1.14}
-"""1.14: the halfway limit of the latest ten runs (1.134-1.141), which every one of the thirty runs passes."""
+PINNED: dict[str, float] = {"agent": 3.08, "search": 0.307, "expand": 0.239}
+#: A stage fails when its ratio exceeds this many times its pin.
+TOLERANCES: dict[str, float] = {"agent": 1.2, "search": 1.2, "expand": 1.2}
+"""1.2: between processes the ratios move by more than within one (quiet: 2.59-3.27 for the agent, 16-21 % from
+the median, mostly downwards; a run's own spread is 4-5 %), so :func:`derive_limits` finds no limit that both
+passes every plain run and fails every 1.3x run. Upwards no plain run, quiet or loaded (twenty runs), strayed more
+than 8 % above its pin: 1.2 passes them all with room, and fails a 1.3x slowdown of a stage whenever that
+process measures it within 8 % below the median (seven of the ten quiet runs)."""
 #: The slowdown of one stage the limits are set to catch.
 SLOWDOWN = 1.3
 #: The percentile of the CPU times the ratio compares (see the docstring).
