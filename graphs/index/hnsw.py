@@ -23,16 +23,14 @@ import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
-from graphs.index.hnsw_shards import build_shard, merge_topk, save_shard, shard_dir, shard_ranges
+from graphs.index.hnsw_shards import build_shard, merge_topk, save_graph, save_shard, shard_dir, shard_ranges
 from graphs.index.meta import read_index_meta
 from graphs.manifest import (
     HNSWParams,
     atomic_write_bytes,
     atomic_write_json,
     fsync_dir,
-    fsync_file,
     sha256_file,
-    temp_path_for,
 )
 
 __all__ = ["HNSWIndex", "HNSWParams"]
@@ -374,16 +372,7 @@ class HNSWIndex:
         for name, index in [(GLOBAL_FILE, self._graph(None))] + [
             (label_files[label], self._graph(label)) for label in sorted(self._label_src)
         ]:
-            target = dir / name
-            tmp = temp_path_for(target)
-            try:
-                index.save_index(str(tmp))
-                fsync_file(tmp)
-                os.replace(tmp, target)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            files[name] = sha256_file(target)
+            files[name] = save_graph(index, dir / name)
         if self.keys:
             import io
 
