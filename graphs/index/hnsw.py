@@ -23,7 +23,15 @@ import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
-from graphs.index.hnsw_shards import build_shard, merge_topk, save_graph, save_shard, shard_dir, shard_ranges
+from graphs.index.hnsw_shards import (
+    build_shard,
+    merge_topk,
+    new_graph,
+    save_graph,
+    save_shard,
+    shard_dir,
+    shard_ranges,
+)
 from graphs.index.meta import read_index_meta
 from graphs.manifest import (
     HNSWParams,
@@ -164,17 +172,8 @@ class HNSWIndex:
             ranges = shard_ranges(n, shards)
             built = [build_shard(vectors, labels, a, b, params, seed, threads) for a, b in ranges]
             return cls.from_shards(keys, labels, vectors, params, ranges, built)
-        ids = np.arange(n, dtype=np.int64)
-        global_index = cls._new_index(dim, n, params, seed)
-        global_index.add_items(vectors, ids, num_threads=threads)
-        by_label: dict[str, hnswlib.Index | Opener] = {}
-        label_arr = np.asarray(labels, dtype=object)
-        for label in sorted(set(labels)):
-            sel = ids[label_arr == label]
-            index = cls._new_index(dim, len(sel), params, seed)
-            index.add_items(vectors[sel], sel, num_threads=threads)
-            by_label[label] = index
-        return cls(list(keys), list(labels), dim, params, global_index, by_label)
+        global_index, by_label = build_shard(vectors, labels, 0, n, params, seed, threads)  # one shard: all rows
+        return cls(list(keys), list(labels), dim, params, global_index, dict(by_label))
 
     @classmethod
     def from_shards(
@@ -202,15 +201,7 @@ class HNSWIndex:
         exist; its consumers (dense search, entity linking's embedding fallback, SAGE ranking) then
         rank by what exists instead of each checking for a missing part."""
         params = params or HNSWParams()
-        return cls([], [], dim, params, cls._new_index(dim, 1, params, 100), {})
-
-    @staticmethod
-    def _new_index(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Index:
-        index = hnswlib.Index(space="cosine", dim=dim)
-        index.init_index(
-            max_elements=max(size, 1), ef_construction=params.ef_construction, M=params.M, random_seed=seed
-        )
-        return index
+        return cls([], [], dim, params, new_graph(dim, 1, params, 100), {})
 
     # -- queries --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -287,12 +278,13 @@ class HNSWIndex:
             if rows.size == 0:
                 continue
             ks = min(k, int(rows.size))
-            try:
-                if rows.size < _EXACT_BELOW:
-                    raise RuntimeError("few rows: exact")
-                ids, dists = self._graph(label, shard).knn_query(queries, k=ks, num_threads=threads)
-            except RuntimeError:
+            if rows.size < _EXACT_BELOW:
                 ids, dists = self._exact_rows(queries, ks, rows)
+            else:
+                try:
+                    ids, dists = self._graph(label, shard).knn_query(queries, k=ks, num_threads=threads)
+                except RuntimeError:  # hnswlib could not return ks neighbours
+                    ids, dists = self._exact_rows(queries, ks, rows)
             parts.append((ids, dists))
         merged = merge_topk(parts, k)
         return [[(self.keys[int(i)], float(1.0 - d)) for i, d in zip(ri, rd, strict=True)] for ri, rd in merged]

@@ -21,7 +21,7 @@ import numpy as np
 
 from graphs.manifest import HNSWParams, fsync_file, sha256_file, temp_path_for
 
-__all__ = ["ShardGraphs", "build_shard", "merge_topk", "save_shard", "shard_dir", "shard_ranges"]
+__all__ = ["ShardGraphs", "build_shard", "merge_topk", "new_graph", "save_graph", "save_shard", "shard_dir", "shard_ranges"]
 
 ShardGraphs: TypeAlias = tuple[hnswlib.Index, dict[str, hnswlib.Index]]
 """One shard's global graph and its per-label graphs (labels present in the shard only)."""
