@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import socket
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 from graphs.skb.model import SKB, Edge, Node, NodeType
 from graphs.store.aggregate import NeighborAggregate
 from graphs.store.base import GraphStore
+from graphs.store.falkordb_server import FalkorDBServer
+from graphs.store.falkordb_store import FalkorDBStore
 
 
 def tiny_skb() -> SKB:
@@ -154,3 +158,20 @@ CASES: list[tuple[str, list[str], list[str] | None, Direction, str | None]] = [
     ("Phenotype", ["HP:1", "HP:2"], ["HAS_PHENOTYPE"], "in", "Disease"),
     ("Gene", ["SCN1A", "CACNA1A"], None, "both", None),
 ]
+
+
+@contextmanager
+def served_store(data_dir: Path, fill: Callable[[Any], None], **server_options: Any) -> Iterator[FalkorDBStore]:
+    """A served (``persist=False``) FalkorDB store over a graph that ``fill`` writes (given the builder server's
+    ``skb`` graph), the way a built index is served; ``server_options`` go to the serving ``FalkorDBServer``."""
+    builder = FalkorDBServer(data_dir)
+    builder.start()
+    fill(builder.client(socket_timeout=120).select_graph("skb"))
+    builder.stop()
+    server = FalkorDBServer(data_dir, persist=False, **server_options)
+    store = FalkorDBStore(data_dir, server=server)
+    try:
+        yield store
+    finally:
+        store.close()
+        server.stop()

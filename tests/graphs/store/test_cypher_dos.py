@@ -16,13 +16,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from graphs.errors import QueryTimeoutError, StoreError
 from graphs.store.cypher_guard import QueryTooComplexError
-from graphs.store.falkordb_server import SERVE_MEMORY_HEADROOM, FalkorDBServer
+from graphs.store.falkordb_server import SERVE_MEMORY_HEADROOM
 from graphs.store.falkordb_store import QUERY_GRACE_S, FalkorDBStore
+from tests.store_fixtures import served_store
 
 pytestmark = pytest.mark.integration
 
@@ -64,21 +66,13 @@ def vm(pid: int) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FalkorDBStore]:
     """A served (persist=False) store over 20,000 nodes, with two server threads like a 2-core machine."""
-    data_dir = tmp_path_factory.mktemp("dos") / "falkordb"
-    builder = FalkorDBServer(data_dir)
-    builder.start()
-    graph = builder.client(socket_timeout=120).select_graph("skb")
-    graph.query("CREATE INDEX FOR (n:A) ON (n.key)")
-    graph.query("UNWIND range(1, $n) AS i CREATE (:A {key: 'k' + toString(i)})", {"n": NODES})
-    graph.query("MATCH (a:A {key: 'k1'}), (b:A {key: 'k2'}) CREATE (a)-[:R]->(b)")
-    builder.stop()
-    server = FalkorDBServer(data_dir, persist=False, thread_count=2)
-    store = FalkorDBStore(data_dir, server=server)
-    try:
+    def fill(graph: Any) -> None:
+        graph.query("CREATE INDEX FOR (n:A) ON (n.key)")
+        graph.query("UNWIND range(1, $n) AS i CREATE (:A {key: 'k' + toString(i)})", {"n": NODES})
+        graph.query("MATCH (a:A {key: 'k1'}), (b:A {key: 'k2'}) CREATE (a)-[:R]->(b)")
+
+    with served_store(tmp_path_factory.mktemp("dos") / "falkordb", fill, thread_count=2) as store:
         yield store
-    finally:
-        store.close()
-        server.stop()
 
 
 def test_issue_queries_are_refused_before_the_server_sees_them(served: FalkorDBStore) -> None:

@@ -17,6 +17,7 @@ from graphs.store.falkordb_server import (
     per_query_memory_cap,
 )
 from graphs.store.falkordb_store import FalkorDBStore
+from tests.store_fixtures import served_store
 
 pytestmark = pytest.mark.integration
 
@@ -28,18 +29,12 @@ GROWTH = "UNWIND range(1, 100000) AS i WITH collect($s + toString(i)) AS l RETUR
 
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FalkorDBStore]:
-    data_dir = tmp_path_factory.mktemp("cap") / "falkordb"
-    builder = FalkorDBServer(data_dir)
-    builder.start()
-    builder.client().select_graph("skb").query("CREATE (:A {key: 'k1'})")
-    builder.stop()
-    server = FalkorDBServer(data_dir, persist=False, query_mem_capacity=CAP)
-    store = FalkorDBStore(data_dir, server=server)
-    try:
+    with served_store(
+        tmp_path_factory.mktemp("cap") / "falkordb",
+        lambda graph: graph.query("CREATE (:A {key: 'k1'})"),
+        query_mem_capacity=CAP,
+    ) as store:
         yield store
-    finally:
-        store.close()
-        server.stop()
 
 
 def test_a_served_servers_cap_leaves_its_threads_room_under_the_ceiling(tmp_path: Path) -> None:
