@@ -266,8 +266,6 @@ class SKBToolkit(BundleOwner, BaseToolkit):
 def _agent_config(value: Any) -> AgentConfig | None:
     """``agent_config`` as an AgentConfig: a mapping of settings is checked where every entry point checks
     them (``AgentConfig.with_overrides``: a ConfigError naming the setting and its allowed range)."""
-    from collections.abc import Mapping
-
     from agent.config import AgentConfig
     from graphs.errors import ConfigError
 
