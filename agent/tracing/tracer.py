@@ -195,7 +195,7 @@ class LocalTracer(BaseTracer):
         while True:
             batch = self._queue.take()  # what has piled up, written in one transaction
             try:
-                self._store_rows([r for r in batch if r is not None])
+                self._store_rows(_latest_rows(batch))
             finally:
                 self._queue.done()
             if any(r is None for r in batch):  # close(): stop before interpreter teardown, not inside SQLite
@@ -317,6 +317,17 @@ class LocalTracer(BaseTracer):
 
     def __copy__(self) -> LocalTracer:
         return self
+
+
+def _latest_rows(batch: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """One row per run of a batch: its latest (a run that started and ended before the writer took the batch is
+    written once, as ended: the upsert would replace the start row anyway, after compressing and storing it).
+    A run keeps the place of its first row, so parents are still written before their children."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in batch:
+        if row is not None:
+            latest[row["id"]] = row
+    return list(latest.values())
 
 
 # -- wiring helpers ---------------------------------------------------------------------------

@@ -112,6 +112,14 @@ def test_a_runs_end_row_keeps_the_inputs_it_started_with_unless_new_ones_arrive(
     assert not tracer._inputs_text  # nothing kept once the runs ended
 
 
+def test_the_writer_stores_one_row_per_run_of_a_batch_the_latest_parents_first() -> None:
+    from agent.tracing.tracer import _latest_rows
+
+    batch = [{"id": "parent", "status": "running"}, {"id": "child", "status": "running"},
+             {"id": "child", "status": "success"}, None, {"id": "parent", "status": "error"}]
+    assert _latest_rows(batch) == [{"id": "parent", "status": "error"}, {"id": "child", "status": "success"}]
+
+
 # -- token accounting per stage (fake LLM) ---------------------------------------------------------
 
 
