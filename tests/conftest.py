@@ -182,6 +182,9 @@ def orchard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexBundle]:
 def ray_local() -> Iterator[Any]:
     import ray
 
+    from agent.serving.replicas import proxy_env
+
+    proxy_env()  # Ray Serve's proxies (started by this Ray) answer a request whose replica died with a clear 503
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
              configure_logging=False)
     yield ray

@@ -34,6 +34,7 @@ import ray
 from ray import serve
 from starlette.applications import Starlette
 
+from agent.serving.replica_lost import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 from graphs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -175,6 +176,14 @@ def _keep_graph_server(served: Served, period_s: float = 0.5) -> None:
             log.warning("graph server for %s not running: %s", served.index_dir, exc)
 
 
+def proxy_env() -> None:
+    """Have the HTTP proxies of a Ray started after this call answer a request whose replica died with a clear 503
+    (`agent.serving.replica_lost`). Ray Serve reads the setting in each proxy's process, which inherits the
+    environment of the Ray that this process starts; a cluster started with ``ray start`` needs it in that
+    command's environment."""
+    os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
+
+
 def _reclaim_sigterm() -> None:
     """Give SIGTERM back to Python's handler (Ray's: exit, so ``finally`` blocks run and ``Served.stop`` removes
     the app, Ray and the graph server). Ray's core installs a crash handler over it that prints a stack and
@@ -208,6 +217,7 @@ def start(
     started_ray = False
     try:
         if not ray.is_initialized():
+            proxy_env()
             ray.init(address=ray_address, log_to_driver=False, configure_logging=False)
             started_ray = True
             _reclaim_sigterm()
@@ -275,5 +285,5 @@ def wait_for_replicas(count: int, timeout_s: float = 90.0) -> None:
     raise TimeoutError(f"{running_replicas()} of {count} replicas running after {timeout_s:.0f} s")
 
 
-__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "replica_env", "replica_pids", "running_replicas", "start",
+__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "proxy_env", "replica_env", "replica_pids", "running_replicas", "start",
            "wait_for_replicas"]

@@ -69,6 +69,8 @@ QUEUE_MAX_ROWS = 2_000
 QUEUE_MAX_BYTES = 32 * 1024 * 1024
 #: How long a traced call waits for room in a full queue before its row is dropped (and counted).
 QUEUE_WAIT_S = 0.5
+#: Runs started and not yet ended whose encoded inputs a tracer keeps for their end rows.
+MAX_OPEN_RUNS = 10_000
 
 
 # -- the callback handler ---------------------------------------------------------------------
@@ -141,6 +143,8 @@ class LocalTracer(BaseTracer):
         super().__init__(_schema_format="original+chat", **kwargs)
         self.store = store if isinstance(store, TraceStore) else TraceStore(store)
         self._usage: dict[str, tuple[int, int, int]] = {}
+        #: Run id -> (its inputs object, their JSON) from the run's start, reused by its end row.
+        self._inputs_text: dict[str, tuple[Any, str | None]] = {}
         self._stage_usage: dict[str, StageUsage] = {}
         self._counter_lock = threading.Lock()
         self.last_trace_id: str | None = None
@@ -191,7 +195,7 @@ class LocalTracer(BaseTracer):
         while True:
             batch = self._queue.take()  # what has piled up, written in one transaction
             try:
-                self._store_rows([r for r in batch if r is not None])
+                self._store_rows(_latest_rows(batch))
             finally:
                 self._queue.done()
             if any(r is None for r in batch):  # close(): stop before interpreter teardown, not inside SQLite
@@ -239,6 +243,26 @@ class LocalTracer(BaseTracer):
             acc.prompt_tokens += usage[0]
             acc.completion_tokens += usage[1]
 
+    def _inputs_json(self, run: Run, status: str) -> str | None:
+        """The run's inputs as JSON, encoded once per run: the start row's text is kept for its end row.
+
+        Why: a LangGraph node's inputs are the whole graph state, and encoding them is most of what tracing
+        costs a question; they are what the step saw when it started, so the end row repeats the start's
+        text unless the run was given other inputs meanwhile (LangChain replaces ``run.inputs`` when inputs
+        arrive with the end)."""
+        key = str(run.id)
+        compact = run.run_type in ("llm", "chat_model")
+        if status == "running":
+            text = _dump_payload(run.inputs, compact=compact)
+            if len(self._inputs_text) >= MAX_OPEN_RUNS:  # runs that never ended (a cancelled task) must not pile up
+                self._inputs_text.clear()
+            self._inputs_text[key] = (run.inputs, text)
+            return text
+        held = self._inputs_text.pop(key, None)
+        if held is not None and held[0] is run.inputs:
+            return held[1]
+        return _dump_payload(run.inputs, compact=compact)
+
     def _write(self, run: Run, *, status: str, usage: tuple[int, int, int] | None = None) -> None:
         try:
             metadata = run.extra.get("metadata") if isinstance(run.extra, dict) else None
@@ -255,7 +279,7 @@ class LocalTracer(BaseTracer):
                 "name": run.name or run_type,
                 "run_type": run_type,
                 "status": status,
-                "inputs": _dump_payload(run.inputs, compact=run_type == "llm"),
+                "inputs": self._inputs_json(run, status),
                 "outputs": _dump_payload(run.outputs, compact=run_type == "llm") if status != "running" else None,
                 "error": _truncate(run.error, 20_000) if run.error else None,
                 "start_time": _iso(run.start_time),
@@ -293,6 +317,17 @@ class LocalTracer(BaseTracer):
 
     def __copy__(self) -> LocalTracer:
         return self
+
+
+def _latest_rows(batch: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """One row per run of a batch: its latest (a run that started and ended before the writer took the batch is
+    written once, as ended: the upsert would replace the start row anyway, after compressing and storing it).
+    A run keeps the place of its first row, so parents are still written before their children."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in batch:
+        if row is not None:
+            latest[row["id"]] = row
+    return list(latest.values())
 
 
 # -- wiring helpers ---------------------------------------------------------------------------

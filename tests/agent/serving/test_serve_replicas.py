@@ -129,20 +129,47 @@ def test_refused_and_bad_requests_get_a_4xx_and_the_replicas_stay_up(served: Any
 
 
 def test_a_replica_killed_with_sigkill_is_replaced_and_the_service_keeps_answering(served: Any) -> None:
+    """Eight clients keep both replicas busy while one is killed: the requests it was working on each get the
+    proxy's 503 saying the replica died (no bare 500), every other request is answered, and a new replica
+    takes the victim's place."""
+    from agent.serving.replica_lost import MESSAGE
     from agent.serving.replicas import replica_pids, running_replicas
 
     victim, survivor = replica_pids()
-    os.kill(victim, signal.SIGKILL)
-    statuses: list[int] = []
-    deadline = time.monotonic() + 90
-    pids = [victim]
-    while time.monotonic() < deadline:
-        statuses.append(_ask(served.url, QUESTIONS[len(statuses) % 3])[0])
-        pids = replica_pids()
-        if len(pids) == 2 and victim not in pids and running_replicas() == 2:
-            break
+    results: list[tuple[int, Any]] = []
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        while not stop.is_set():
+            results.append(_ask(served.url, QUESTIONS[n % 3]))
+            n += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(results) < 16 and time.monotonic() < deadline:  # both replicas busy
+            time.sleep(0.05)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        pids = [victim]
+        while time.monotonic() < deadline:
+            pids = replica_pids()
+            if len(pids) == 2 and victim not in pids and running_replicas() == 2:
+                break
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
     assert len(pids) == 2 and victim not in pids and survivor in pids, pids
-    assert statuses.count(200) >= len(statuses) - 2, statuses  # only a request in flight on the victim may fail
+    failed = [(status, body) for status, body in results if status != 200]
+    assert failed, "no request was in flight on the killed replica"
+    assert len(failed) <= 8, failed  # only what was in flight on the victim (8 clients in all)
+    for status, body in failed:
+        assert status == 503 and json.loads(body)["error"] == {"status": 503, "message": MESSAGE, "retry": True}
+    assert len(results) - len(failed) >= 16
     assert _replica_pids_answering(served.url) == set(pids)
 
 

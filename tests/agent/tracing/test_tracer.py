@@ -81,6 +81,45 @@ def test_dump_payload_caps_total_size() -> None:
     assert json.loads(text)["_truncated"] is True
 
 
+def test_dump_payload_falls_back_on_what_the_fast_encoder_refuses() -> None:
+    """Integers beyond 64 bits, tuple keys and lone surrogates leave the fast path; the text is still JSON."""
+    text = _dump_payload({"big": 2**70, (1, 2): "tuple key", "arr": np.arange(2, dtype=np.int64)})
+    assert text is not None
+    out = json.loads(text)
+    assert out["big"] == 2**70 and out["arr"] == [0, 1] and "tuple key" in out.values()
+    surrogate = _dump_payload({"text": "a\ud800b"})
+    assert surrogate is not None and json.loads(surrogate)["text"] == "a\ud800b"
+
+
+def test_a_runs_end_row_keeps_the_inputs_it_started_with_unless_new_ones_arrive(tmp_path: Path) -> None:
+    """Inputs are encoded once, at the start: a step that changes its input dict in place is recorded with what
+    it saw; inputs handed over with the end (LangChain replaces ``run.inputs``) are recorded as given."""
+    from uuid import uuid4
+
+    tracer = LocalTracer(tmp_path / "t.sqlite")
+    seen = {"items": [1]}
+    kept, replaced = uuid4(), uuid4()
+    tracer.on_chain_start({}, seen, run_id=kept, name="kept")
+    seen["items"].append(2)
+    tracer.on_chain_end({"out": 1}, run_id=kept)
+    tracer.on_chain_start({}, {"input": ""}, run_id=replaced, name="replaced")
+    tracer.on_chain_end({"out": 2}, run_id=replaced, inputs={"input": "streamed"})
+    tracer.flush()
+    runs = {r.name: r for summary in tracer.store.list_traces() for _, r in tracer.store.get_tree(summary.id).walk()}
+    assert runs["kept"].status == "success" and runs["kept"].inputs == {"items": [1]}
+    assert runs["kept"].outputs == {"out": 1}
+    assert runs["replaced"].inputs == {"input": "streamed"}
+    assert not tracer._inputs_text  # nothing kept once the runs ended
+
+
+def test_the_writer_stores_one_row_per_run_of_a_batch_the_latest_parents_first() -> None:
+    from agent.tracing.tracer import _latest_rows
+
+    batch = [{"id": "parent", "status": "running"}, {"id": "child", "status": "running"},
+             {"id": "child", "status": "success"}, None, {"id": "parent", "status": "error"}]
+    assert _latest_rows(batch) == [{"id": "parent", "status": "error"}, {"id": "child", "status": "success"}]
+
+
 # -- token accounting per stage (fake LLM) ---------------------------------------------------------
 
 
