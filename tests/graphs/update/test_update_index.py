@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tests.small_graphs import catalog_skb
 pytestmark = pytest.mark.integration
 runner = CliRunner()
 
-CHANGES = [
+CHANGES: list[dict[str, Any] | str] = [
     {"op": "delete", "node": {"key": "C_KETTLE"}},
     {"op": "upsert", "node": {"key": "C_IRON", "label": "Category",
                               "props": {"name": "steam iron", "gloss": "A household appliance that presses cloth."}}},
@@ -41,7 +42,7 @@ def build(skb: SKB, index_dir: Path) -> Path:
     return index_dir
 
 
-def write_changes(path: Path, lines: list[dict[str, Any] | str]) -> Path:
+def write_changes(path: Path, lines: Sequence[dict[str, Any] | str]) -> Path:
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
     return path
 
