@@ -109,6 +109,9 @@ class HNSWIndex:
         self._open_lock = threading.Lock()
         self._vectors = vectors
         self._pos = {key: i for i, key in enumerate(keys)}
+        #: Slots marked deleted per graph file (``graphs.update`` patches a graph in place): a saved graph then holds
+        #: this many elements beyond its live ones, which the id table records so that loading can check the count.
+        self.deleted: dict[str, int] = {}
         self._label_ids: dict[str, np.ndarray] = {}
         label_arr = np.asarray(labels, dtype=object)
         for label in label_indexes:
@@ -218,6 +221,10 @@ class HNSWIndex:
         with self._open_lock:
             for index in self._opened.values():
                 index.set_ef(ef)
+
+    def graph(self, label: str | None) -> hnswlib.Index:
+        """The global (``None``) or one label's graph of an unsharded index, opened if it was not."""
+        return self._graph(label)
 
     def _index_for(self, label: str | None) -> tuple[hnswlib.Index | None, int]:
         if label is None:
@@ -381,6 +388,7 @@ class HNSWIndex:
             "label_files": label_files,
             "keys": self.keys,
             "labels": self.labels,
+            **({"deleted": dict(self.deleted)} if any(self.deleted.values()) else {}),
         }
         atomic_write_json(dir / IDS_FILE, meta, indent=None)
         files[IDS_FILE] = sha256_file(dir / IDS_FILE)
@@ -399,7 +407,10 @@ class HNSWIndex:
         dir = Path(dir)
         meta_path = dir / IDS_FILE
 
+        deleted: dict[str, int] = {}
+
         def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str, Any]:
+            deleted.update({str(k): int(v) for k, v in (meta.get("deleted") or {}).items()})
             return (
                 int(meta["dim"]),
                 HNSWParams.model_validate(meta["params"]),
@@ -425,9 +436,12 @@ class HNSWIndex:
         for name in [global_name, *label_files.values()]:
             if not (dir / name).is_file():
                 raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
-        global_index = cls._opener(dir / global_name, dim, len(keys))
-        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
-        return cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+        global_index = cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0))
+        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0) + deleted.get(name, 0))
+                    for label, name in label_files.items()}
+        loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+        loaded.deleted = deleted
+        return loaded
 
     @classmethod
     def _load_shards(

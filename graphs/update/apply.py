@@ -50,6 +50,9 @@ class UpdateSummary(BaseModel):
     changed_nodes: int = 0
     deleted_nodes: int = 0
     timings_s: dict[str, float] = Field(default_factory=dict)
+    hnsw: dict[str, int | bool] = Field(default_factory=dict)
+    """How the HNSW graphs were made: patched from the parent's (elements written, marked deleted, graphs rebuilt
+    past the deleted-slot threshold) or built (``patched`` false: a sharded index)."""
     build: BuildSummary | None = None
 
 
@@ -108,8 +111,8 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
 
     Nothing is written when the change set does not apply (``LoaderError`` naming its lines), was applied
     before (``status="already applied"``) or changes nothing (``"unchanged"``)."""
-    from graphs.engine import LocalEngine
     from graphs.loaders.jsonl import load_jsonl
+    from graphs.update.hnsw_patch import PatchEngine
 
     index_dir = Path(index_dir)
     Manifest.read(index_dir)  # no index: the message says how to build one, before any lock file is made
@@ -140,12 +143,18 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         }
         shards = len(manifest.extra.get("hnsw_shards") or []) or 1
         t0 = time.perf_counter()
-        build = build_index(changed, index_dir, config, progress=progress, engine=LocalEngine(shards=shards),
+        engine = PatchEngine(index_dir / "hnsw", shards=shards)
+        build = build_index(changed, index_dir, config, progress=progress, engine=engine,  # type: ignore[arg-type]
                             lineage=lineage)
         timings["build"] = time.perf_counter() - t0
         generation = Manifest.read(index_dir).generation
+    patched = engine.report
+    hnsw: dict[str, int | bool] = {"patched": patched is not None}
+    if patched is not None:
+        hnsw |= {"written": sum(patched.written.values()), "marked_deleted": sum(patched.deleted.values()),
+                 "graphs_rebuilt": len(patched.rebuilt)}
     return UpdateSummary(status="applied", **{**base, "generation": generation}, **counts,
-                         timings_s=_rounded(timings), build=build)
+                         timings_s=_rounded(timings), build=build, hnsw=hnsw)
 
 
 def _rounded(timings: dict[str, float]) -> dict[str, float]:

@@ -138,7 +138,8 @@ def test_a_reader_keeps_answering_during_an_update_and_picks_up_the_new_generati
     def read() -> None:
         while not stop.is_set():
             try:
-                hits = bundle.search("steam iron kettle", mode="hybrid", k=5)
+                with bundle.pinned():  # one question, one generation (how the agent and the servers ask)
+                    hits = bundle.search("steam iron kettle", mode="hybrid", k=5)
                 assert hits, "no answer"
                 answered[0] += 1
             except BaseException as exc:  # noqa: BLE001 - any failure is the finding
