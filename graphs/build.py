@@ -341,8 +341,9 @@ def build_index(
         t0 = time.perf_counter()
         phrases = None
         batch_embedder, chunk = engine.batch_embedder(embedder, spec, batch)
-        if config.stage != "core":
-            phrases = build_phrase_index(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
+        if config.stage != "core":  # graphs.update's engine patches the parent generation's phrase index instead
+            phrase_stage = getattr(engine, "phrase_index", None) or build_phrase_index
+            phrases = phrase_stage(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
         if phrases is not None:
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest

@@ -14,16 +14,21 @@ A sharded index, or one whose parameters or dimension changed, is built in full 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphs.index.hnsw import HNSWIndex, label_file
 from graphs.index.hnsw_shards import new_graph
 from graphs.manifest import HNSWParams
+
+if TYPE_CHECKING:
+    from graphs.embedding.base import Embedder
+    from graphs.index.phrases import PhraseIndex
+    from graphs.skb.model import SKB
 
 #: A graph whose marked-deleted slots exceed this share of its live elements is rebuilt from its vectors.
 REBUILD_SHARE = 0.1
@@ -136,12 +141,26 @@ class PatchEngine:
 
     name = "local"
 
-    def __init__(self, parent_hnsw: Path, shards: int = 1) -> None:
+    def __init__(self, parent: Path, changed: Collection[str], shards: int = 1) -> None:
+        """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted."""
         from graphs.engine import LocalEngine
 
         self.local = LocalEngine(shards=shards)
-        self.parent_hnsw = parent_hnsw
+        self.parent_hnsw = parent / "hnsw"
+        self.parent_phrases = parent / "phrases"
+        self.changed = changed
         self.report: PatchReport | None = None
+        self.phrases_patched = False
+
+    def phrase_index(self, skb: SKB, embedder: Embedder, *, batch: int = 512,
+                     progress: Callable[[int, int], None] | None = None) -> PhraseIndex | None:
+        """The phrase stage of ``graphs.build``: the parent's phrase index patched, else built."""
+        from graphs.index.phrases import build_phrase_index
+        from graphs.update.phrase_patch import patch_phrases
+
+        patched = patch_phrases(self.parent_phrases, skb, self.changed, embedder, batch=batch, progress=progress)
+        self.phrases_patched = patched is not None
+        return patched if patched is not None else build_phrase_index(skb, embedder, batch=batch, progress=progress)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)

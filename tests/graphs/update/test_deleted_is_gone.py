@@ -61,7 +61,14 @@ def every_path(bundle: IndexBundle) -> dict[str, str]:
     }
 
 
-def test_a_deleted_node_is_returned_by_no_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("share", [None, 100.0], ids=["as-configured", "every-graph-patched"])
+def test_a_deleted_node_is_returned_by_no_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               share: float | None) -> None:
+    """On this small graph the deleted rows pass the rebuild share, so the graphs are built anew; with the share
+    raised the parent's HNSW and phrase graphs are patched, and the node is gone from them as well."""
+    if share is not None:
+        monkeypatch.setattr("graphs.update.hnsw_patch.REBUILD_SHARE", share)
+        monkeypatch.setattr("graphs.update.phrase_patch.REBUILD_SHARE", share)
     index_dir = tmp_path / "index"
     build_index(catalog_skb(), index_dir, IndexConfig(dataset="catalog", embedder="hash:64",
                                                        similarity=SimilarityConfig(percentile=50)))
@@ -69,7 +76,8 @@ def test_a_deleted_node_is_returned_by_no_path(tmp_path: Path) -> None:
         before = every_path(bundle)
         shown = {path: GONE in text for path, text in before.items()}
         assert all(shown.values()), f"paths that never returned the node, so cannot test its deletion: {shown}"
-        update_index(index_dir, parse_changes(json.dumps({"op": "delete", "node": {"key": GONE}}).encode()))
+        summary = update_index(index_dir, parse_changes(json.dumps({"op": "delete", "node": {"key": GONE}}).encode()))
+        assert summary.hnsw["phrases_patched"] is (share is not None)
         after = every_path(bundle)  # the open bundle follows the new generation
         assert bundle.reloads >= 1
     leaked = {path: text for path, text in after.items() if GONE in text}
