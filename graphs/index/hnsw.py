@@ -112,6 +112,9 @@ class HNSWIndex:
         #: Slots marked deleted per graph file (``graphs.update`` patches a graph in place): a saved graph then holds
         #: this many elements beyond its live ones, which the id table records so that loading can check the count.
         self.deleted: dict[str, int] = {}
+        #: A patched index's graph ids are slots, not rows: ``slot_rows[id]`` is the row (-1: a deleted slot).
+        #: None: ids are rows (every built index).
+        self.slot_rows: np.ndarray | None = None
         self._label_ids: dict[str, np.ndarray] = {}
         label_arr = np.asarray(labels, dtype=object)
         for label in label_indexes:
@@ -266,6 +269,8 @@ class HNSWIndex:
         except RuntimeError:
             # hnswlib refuses when the graph cannot produce k results (tiny/odd graphs); exact is always right.
             return self._exact(queries, k, label)
+        if self.slot_rows is not None:
+            ids = self.slot_rows[ids]
         out: list[list[tuple[str, float]]] = []
         for row_ids, row_d in zip(ids, dists, strict=True):
             out.append([(self.keys[int(i)], float(1.0 - d)) for i, d in zip(row_ids, row_d, strict=True)])
@@ -389,6 +394,7 @@ class HNSWIndex:
             "keys": self.keys,
             "labels": self.labels,
             **({"deleted": dict(self.deleted)} if any(self.deleted.values()) else {}),
+            **({"slot_rows": self.slot_rows.tolist()} if self.slot_rows is not None else {}),
         }
         atomic_write_json(dir / IDS_FILE, meta, indent=None)
         files[IDS_FILE] = sha256_file(dir / IDS_FILE)
@@ -408,9 +414,12 @@ class HNSWIndex:
         meta_path = dir / IDS_FILE
 
         deleted: dict[str, int] = {}
+        slots: list[np.ndarray] = []
 
         def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str, Any]:
             deleted.update({str(k): int(v) for k, v in (meta.get("deleted") or {}).items()})
+            if meta.get("slot_rows") is not None:
+                slots.append(np.asarray(meta["slot_rows"], dtype=np.int64))
             return (
                 int(meta["dim"]),
                 HNSWParams.model_validate(meta["params"]),
@@ -441,6 +450,12 @@ class HNSWIndex:
                     for label, name in label_files.items()}
         loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
         loaded.deleted = deleted
+        if slots:
+            rows = slots[0]
+            if int((rows >= 0).sum()) != len(keys) or (len(rows) and int(rows.max()) >= len(keys)):
+                raise IndexCorruptError(f"{meta_path} maps its graph slots to rows outside its {len(keys)} keys -- "
+                                        "rebuild the index with `skb index`")
+            loaded.slot_rows = rows
         return loaded
 
     @classmethod

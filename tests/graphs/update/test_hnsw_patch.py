@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from graphs.index.hnsw import HNSWIndex, HNSWParams
-from graphs.update.hnsw_patch import REBUILD_SHARE, _final_order, patch_hnsw
+from graphs.update.hnsw_patch import REBUILD_SHARE, patch_hnsw
 
 PARAMS = HNSWParams(M=16, ef_construction=100, ef=64)
 DIM = 24
@@ -24,13 +24,6 @@ def exact_top(keys: list[str], vectors: np.ndarray, query: np.ndarray, k: int) -
     return [keys[i] for i in np.argsort(-(vectors @ query), kind="stable")[:k]]
 
 
-def test_final_order_keeps_surviving_rows_and_fills_holes() -> None:
-    assert _final_order(["a", "b", "c", "d"], ["a", "c", "d", "x"]) == ["a", "x", "c", "d"]
-    assert _final_order(["a", "b", "c", "d"], ["a", "c"]) == ["a", "c"]
-    assert _final_order(["a", "b", "c", "d"], ["b", "c", "d"]) == ["d", "b", "c"]
-    assert _final_order(["a", "b"], ["a", "b", "y", "z"]) == ["a", "b", "y", "z"]
-
-
 def test_patched_graphs_forget_deleted_rows_and_keep_recall_through_churn(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     n = 600
@@ -39,8 +32,8 @@ def test_patched_graphs_forget_deleted_rows_and_keep_recall_through_churn(tmp_pa
     vectors = unit(rng, n)
     index = HNSWIndex.build(keys, labels, vectors, PARAMS)
     gone: set[str] = set()
-    fresh = 0
-    for round_ in range(6):  # 1 % edited, 1 % deleted, 1 % added per round
+    fresh = built = 0
+    for round_ in range(8):  # 1 % edited, 1 % deleted, 1 % added per round
         rows = {k: i for i, k in enumerate(keys)}
         dead = [str(k) for k in rng.choice(keys, 6, replace=False)]
         gone |= set(dead)
@@ -52,13 +45,16 @@ def test_patched_graphs_forget_deleted_rows_and_keep_recall_through_churn(tmp_pa
         vecs[edited] = unit(rng, 6)
         keys, labels, vectors = keep + new, [labels[rows[k]] for k in keep] + ["Odd", "Even"] * 3, vecs
         patched = patch_hnsw(index, keys, labels, vectors, PARAMS)
-        assert patched is not None
-        index, report = patched
-        assert report.written[None] >= 12  # the added and the edited rows, not the whole graph
-        assert index.graph(None).get_current_count() == len(keys) + index.deleted.get("global.bin", 0)
+        if patched is None:  # the global graph's deleted slots passed the share: the caller builds it
+            index, built = HNSWIndex.build(keys, labels, vectors, PARAMS), built + 1
+        else:
+            index, report = patched
+            assert report.written[None] == 12  # the added and the edited rows, not the whole graph
+            assert index.graph(None).get_current_count() == len(keys) + index.deleted.get("global.bin", 0)
         index.save(tmp_path / f"g{round_}")
         index = HNSWIndex.load(tmp_path / f"g{round_}")  # the slot counts in the id table pass the load check
-        assert sorted(index.keys) == sorted(keys)
+        assert list(index.keys) == keys  # rows in the graph's order, as a build has them
+    assert built == 1  # 12 slots retired a round: past 10 % of 600 in the sixth round
     by_key = {k: index.vector(k) for k in keys}
     assert all(np.array_equal(by_key[k], vectors[i]) for i, k in enumerate(keys))
     queries = unit(rng, 40)
