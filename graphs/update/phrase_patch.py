@@ -13,7 +13,9 @@ import numpy as np
 from graphs.embedding.base import Embedder
 from graphs.index.phrases import ENTRIES_FILE, GRAPH_FILE, PhraseIndex, node_phrases
 from graphs.skb.model import SKB
-from graphs.update.hnsw_patch import REBUILD_SHARE
+
+#: Deleted rows past this share of the live ones: the phrase index is built anew (as ``hnsw_patch`` does its graphs).
+REBUILD_SHARE = 0.1
 
 
 def patch_phrases(
