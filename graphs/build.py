@@ -243,8 +243,10 @@ def build_index(
     config: IndexConfig | None = None,
     progress: StageProgress | None = None,
     engine: BuildEngine | None = None,
+    lineage: dict[str, Any] | None = None,
 ) -> BuildSummary:
-    """``engine`` runs the stages that grow with the graph (``graphs.engine``; default: this process)."""
+    """``engine`` runs the stages that grow with the graph (``graphs.engine``; default: this process);
+    ``lineage`` goes into the manifest's ``extra`` (``graphs.update``: the parent generation and change set)."""
     from graphs.embedding.embedder import check_embedder, get_embedder
     from graphs.engine import LocalEngine
     from graphs.engine.local import EmbedderSpec
@@ -339,8 +341,9 @@ def build_index(
         t0 = time.perf_counter()
         phrases = None
         batch_embedder, chunk = engine.batch_embedder(embedder, spec, batch)
-        if config.stage != "core":
-            phrases = build_phrase_index(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
+        if config.stage != "core":  # graphs.update's engine patches the parent generation's phrase index instead
+            phrase_stage = getattr(engine, "phrase_index", None) or build_phrase_index
+            phrases = phrase_stage(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
         if phrases is not None:
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest
@@ -394,7 +397,7 @@ def build_index(
             data_files=data_files,
             generation=uuid.uuid4().hex,
             extra={"config": config.model_dump(mode="json"), "embedder_spec": embedder_spec, "store": config.store,
-                   "missing": missing, **layout},
+                   "missing": missing, **layout, **(lineage or {})},
         )
         manifest.write(tmp)
         _swap_in(tmp, index_dir)

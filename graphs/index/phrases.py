@@ -139,6 +139,8 @@ class PhraseIndex:
         self.graph = graph
         self.keys = keys
         self.kinds = kinds
+        #: Rows a search can return: a row whose key is "" is marked deleted in the graph (``graphs.update``).
+        self.live = sum(1 for key in keys if key)
 
     def search_phrases(self, queries: np.ndarray, k: int, pool: int) -> list[list[tuple[str, list[float]]]]:
         """Per query row, the ``k`` best nodes by their best phrase, each with the cosines of all its phrases
@@ -148,9 +150,9 @@ class PhraseIndex:
         phrase outside the nearest ``pool`` is far enough below the best that a soft maximum hardly sees it.
         """
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        if not len(self.keys) or not len(q):
+        if not self.live or not len(q):
             return [[] for _ in range(len(q))]
-        ids, dists = self.graph.knn_query(q, k=min(len(self.keys), max(pool, k)))
+        ids, dists = self.graph.knn_query(q, k=min(self.live, max(pool, k)))
         out: list[list[tuple[str, list[float]]]] = []
         for row_ids, row_d in zip(ids, dists):
             sims: dict[str, list[float]] = {}
@@ -169,9 +171,9 @@ class PhraseIndex:
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Per query row, the ``k`` best nodes by their best phrase (cosine of unit vectors)."""
         q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        if not len(self.keys) or not len(q):
+        if not self.live or not len(q):
             return [[] for _ in range(len(q))]
-        pool = min(len(self.keys), max(6 * k, 30))
+        pool = min(self.live, max(6 * k, 30))
         ids, dists = self.graph.knn_query(q, k=pool)
         out: list[list[tuple[str, float]]] = []
         for row_ids, row_d in zip(ids, dists):
