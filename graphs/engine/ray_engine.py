@@ -261,8 +261,9 @@ class RayEngine:
             yield
         except ray.exceptions.RayError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+            tries = f"{MAX_RETRIES} time{'s' if MAX_RETRIES != 1 else ''}"
             raise EngineError(
                 f"the Ray {stage} stage failed ({type(exc).__name__}: {first}); a task whose worker died was "
-                f"retried up to {MAX_RETRIES} times. The index being served is unchanged: check the workers "
+                f"retried up to {tries}. The index being served is unchanged: check the workers "
                 "(`ray status`) and run the build again"
             ) from exc
