@@ -217,14 +217,17 @@ def split_large_files(
     return small, large
 
 
-def write_fast_start(skb: SKB, skb_dir: Path) -> None:
+def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None) -> None:
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
-    (``graphs.skb.compact``) and the planner's statistics computed from it (``graphs.skb.state``)."""
+    (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
+    and the planner's statistics computed from it (``graphs.skb.state``)."""
     from graphs.skb.compact import COMPACT_DIR, write_compact
     from graphs.skb.state import STATE_DIR, precompute
 
     schema = skb.schema()  # scans every node and edge: once for both
-    write_compact(skb, skb_dir / COMPACT_DIR, schema)
+    parts = engine.compact_parts(skb) if engine is not None else None
+    write_compact(skb, skb_dir / COMPACT_DIR, schema, parts=parts)
+    del parts
     # from the SKB in memory (the compact arrays keep its node order, which the records refer to)
     precompute(skb, skb_dir / STATE_DIR, schema)
 
@@ -274,7 +277,7 @@ def build_index(
         timings["write_skb"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         report("fast_start", 0, 1)
-        write_fast_start(skb, tmp / "skb")
+        write_fast_start(skb, tmp / "skb", engine)
         report("fast_start", 1, 1)
         timings["fast_start"] = time.perf_counter() - t0
 
