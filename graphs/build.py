@@ -217,16 +217,33 @@ def split_large_files(
     return small, large
 
 
-def write_fast_start(skb: SKB, skb_dir: Path) -> None:
+def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None) -> None:
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
-    (``graphs.skb.compact``) and the planner's statistics computed from it (``graphs.skb.state``)."""
+    (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
+    and the planner's statistics computed from it (``graphs.skb.state``)."""
     from graphs.skb.compact import COMPACT_DIR, write_compact
     from graphs.skb.state import STATE_DIR, precompute
 
     schema = skb.schema()  # scans every node and edge: once for both
-    write_compact(skb, skb_dir / COMPACT_DIR, schema)
+    parts = engine.compact_parts(skb) if engine is not None else None
+    write_compact(skb, skb_dir / COMPACT_DIR, schema, parts=parts)
+    del parts
     # from the SKB in memory (the compact arrays keep its node order, which the records refer to)
     precompute(skb, skb_dir / STATE_DIR, schema)
+
+
+def release_heap() -> None:
+    """Collect what the finished stages dropped and hand freed heap pages back to the system (glibc's
+    ``malloc_trim``; a no-op elsewhere): the freed memory of millions of small objects otherwise stays in
+    the process, counted in its RSS while the graph store loads beside it."""
+    import gc
+
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # another libc
+            pass
 
 
 def dir_size(path: Path) -> int:
@@ -276,7 +293,7 @@ def build_index(
         timings["write_skb"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         report("fast_start", 0, 1)
-        write_fast_start(skb, tmp / "skb")
+        write_fast_start(skb, tmp / "skb", engine)
         report("fast_start", 1, 1)
         timings["fast_start"] = time.perf_counter() - t0
 
@@ -331,6 +348,7 @@ def build_index(
         bm25 = engine.bm25(keys, labels, texts)
         for rel, digest in bm25.save(tmp / "bm25").items():
             files[f"bm25/{rel}"] = digest
+        del bm25, texts, keys, labels  # no later stage reads them: the store stage's peak is the build's
         report("bm25", 1, 1)
         timings["bm25"] = time.perf_counter() - t0
 
@@ -348,6 +366,7 @@ def build_index(
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest
             timings["phrases"] = time.perf_counter() - t0
+        del phrases
 
         n_similar = 0
         if config.similarity.percentile is not None and config.stage == "core":
@@ -362,6 +381,12 @@ def build_index(
                 files[f"sage/{rel}"] = digest
             n_similar = sim.count
             timings["similarity_edges"] = time.perf_counter() - t0
+            del sim
+        layout = {"hnsw_shards": hnsw.shard_ranges} if config.stage != "core" and hnsw.sharded else {}
+        if config.stage != "core":
+            del hnsw, vectors
+        del batch_embedder
+        release_heap()  # the vectors, graphs and texts go back to the system before the graph server loads
 
         for path in sorted((tmp / "skb").rglob("*")):
             if path.is_file():
@@ -387,7 +412,6 @@ def build_index(
 
         files, data_files = split_large_files(tmp, files, data_files)
         stats = skb.stats()
-        layout = {"hnsw_shards": hnsw.shard_ranges} if config.stage != "core" and hnsw.sharded else {}
         manifest = Manifest(
             dataset=config.dataset,
             embedder=EmbedderInfo(model_name=embedder.model_name, dim=embedder.dim),

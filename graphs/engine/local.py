@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from graphs.index.bm25 import BM25Index
     from graphs.index.hnsw import HNSWIndex
     from graphs.manifest import HNSWParams
+    from graphs.skb.compact_write import EdgePart, NodePart
     from graphs.skb.model import SKB
 
 Progress = Callable[[int, int], None]
@@ -57,6 +58,11 @@ class BuildEngine(Protocol):
 
     def bm25(self, keys: list[str], labels: list[str], texts: Sequence[str]) -> BM25Index: ...
 
+    def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
+        """The compact SKB's node and edge arrays computed by partitions (``graphs.skb.compact_write``);
+        None: ``write_compact`` computes them in one pass in this process."""
+        ...
+
     def knn_pairs(self) -> KnnPairs | None:
         """The similarity stage's kNN over one (label, field)'s vectors; None: the one-process kNN."""
         ...
@@ -97,6 +103,9 @@ class LocalEngine:
         from graphs.index.bm25 import BM25Index
 
         return BM25Index.build(keys, labels, texts)
+
+    def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
+        return None
 
     def knn_pairs(self) -> KnnPairs | None:
         return None

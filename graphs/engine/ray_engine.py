@@ -6,7 +6,9 @@ started here) or on a cluster (``address``: ``auto`` or ``ray://HOST:PORT``).
   temporary directory, which must therefore be on storage every node reaches;
 - similarity kNN: one task per shard of a (label, field)'s vectors, merged exactly per row;
 - BM25: one tokenising task per partition; the index and its statistics are built once from the merged
-  corpus, so the scores equal a one-process build's.
+  corpus, so the scores equal a one-process build's;
+- the compact SKB: its node and edge arrays (ids and props as JSON) one task per partition, joined in
+  partition order, so the files are byte for byte those of a one-process build.
 
 Tasks are retried by Ray (``MAX_RETRIES``) when a worker dies; a stage that still fails raises
 `EngineError` naming the stage, and the build then discards its temporary directory: the index being
@@ -25,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphs.engine.local import EmbedderSpec, KnnPairs, Progress
-from graphs.engine.stages import bm25_tokens, hnsw_shard, knn_merge, knn_shard, partitions, tokenized
+from graphs.engine.stages import (
+    bm25_tokens,
+    compact_edges,
+    compact_nodes,
+    hnsw_shard,
+    knn_merge,
+    knn_shard,
+    partitions,
+    tokenized,
+)
 from graphs.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
@@ -33,13 +44,17 @@ if TYPE_CHECKING:
     from graphs.index.bm25 import BM25Index
     from graphs.index.hnsw import HNSWIndex
     from graphs.manifest import HNSWParams
+    from graphs.skb.compact_write import EdgePart, NodePart
     from graphs.skb.model import SKB
 
-__all__ = ["INSTALL_HINT", "MAX_RETRIES", "RayEngine"]
+__all__ = ["COMPACT_MIN", "INSTALL_HINT", "MAX_RETRIES", "RayEngine"]
 
 INSTALL_HINT = "pip install 'skb-agent[ray]'"
 MAX_RETRIES = 3
 """How often Ray re-runs a task whose worker died (embedding actors are restarted by Ray Data)."""
+COMPACT_MIN = 200_000
+"""Nodes plus edges below which the compact SKB's arrays are computed in the build process (shipping the
+partitions to tasks costs more than encoding them)."""
 _QUIET = ("ray", "ray.data", "ray.serve", "ray._private", "ray.train", "ray.tune")
 
 
@@ -127,6 +142,7 @@ class RayEngine:
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.shards = max(1, int(shards or self.workers))
         self.chunk = 512
+        self.compact_min = COMPACT_MIN
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
@@ -216,6 +232,27 @@ class RayEngine:
             tokens = ray.get([task.remote(list(texts[a:b]), STEMMER, STOPWORDS) for a, b in parts])
         return BM25Index.from_tokenized(keys, labels, tokenized(tokens), STEMMER, STOPWORDS)
 
+    def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
+        """The compact SKB's node and edge arrays, one task per partition of the nodes and of the edges."""
+        from graphs.skb.compact_write import compact_names, join_edges, join_nodes
+
+        n, m = len(skb.nodes), len(skb.edges)
+        if n + m < self.compact_min:
+            return None
+        ray = _ray()
+        labels, rels = compact_names(skb)
+        nodes = list(skb.nodes.values())
+        label_ref = ray.put({label: i for i, label in enumerate(labels)})
+        index_ref = ray.put({key: i for i, key in enumerate(skb.nodes)})
+        rel_ref = ray.put({rel: i for i, rel in enumerate(rels)})
+        node_task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(compact_nodes)
+        edge_task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(compact_edges)
+        with self._stage("compact SKB"):
+            node_refs = [node_task.remote(nodes[a:b], b - a, label_ref) for a, b in partitions(n, 2 * self.workers)]
+            edge_refs = [edge_task.remote(skb.edges[a:b], b - a, index_ref, rel_ref)
+                         for a, b in partitions(m, 2 * self.workers)]
+            return join_nodes(ray.get(node_refs)), join_edges(ray.get(edge_refs))
+
     def knn_pairs(self) -> KnnPairs | None:
         return self._knn_pairs
 
@@ -261,8 +298,9 @@ class RayEngine:
             yield
         except ray.exceptions.RayError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+            tries = f"{MAX_RETRIES} time{'s' if MAX_RETRIES != 1 else ''}"
             raise EngineError(
                 f"the Ray {stage} stage failed ({type(exc).__name__}: {first}); a task whose worker died was "
-                f"retried up to {MAX_RETRIES} times. The index being served is unchanged: check the workers "
+                f"retried up to {tries}. The index being served is unchanged: check the workers "
                 "(`ray status`) and run the build again"
             ) from exc

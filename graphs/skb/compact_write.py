@@ -7,16 +7,16 @@ Why apart from the reader: the build writes once; every process that serves the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from graphs.errors import ConfigError
 from graphs.manifest import atomic_write_bytes, atomic_write_json, fsync_dir
 from graphs.skb.digest import schema_digest
-from graphs.skb.model import SKB, GraphSchema
+from graphs.skb.model import SKB, Edge, GraphSchema, Node
 
 COMPACT_DIR = "compact"
 META_FILE = "meta.json"
@@ -61,35 +61,112 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+class NodePart(NamedTuple):
+    """One contiguous range of nodes as compact arrays: label ids, props blob and its offsets (from 0)."""
+
+    label: np.ndarray
+    blob: bytes
+    off: np.ndarray
+
+
+class EdgePart(NamedTuple):
+    """One contiguous range of edges as compact arrays: end node ids, relation ids, props blob and offsets."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    rel: np.ndarray
+    blob: bytes
+    off: np.ndarray
+
+
+def compact_nodes(nodes: Iterable[Node], count: int, label_id: Mapping[str, int]) -> NodePart:
+    """``count`` nodes (in order) as a :class:`NodePart`; a range of the SKB's nodes gives that range of the
+    whole graph's arrays, so parts written apart and joined (:func:`join_nodes`) equal one pass."""
+    items = nodes if isinstance(nodes, Sequence) else list(nodes)
+    label = np.fromiter((label_id[node.label] for node in items), dtype=np.int32, count=count)
+    blob, off = _props_blob((node.props for node in items), _dumper())
+    return NodePart(label, blob, off)
+
+
+def compact_edges(edges: Iterable[Edge], count: int, index: Mapping[str, int], rel_id: Mapping[str, int]) -> EdgePart:
+    """``count`` edges (in order) as an :class:`EdgePart` (node ids by ``index``: key -> position)."""
+    items = edges if isinstance(edges, Sequence) else list(edges)
+    try:
+        src = np.fromiter((index[e.src] for e in items), dtype=np.int32, count=count)
+        dst = np.fromiter((index[e.dst] for e in items), dtype=np.int32, count=count)
+    except KeyError as exc:
+        raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
+    rel = np.fromiter((rel_id[e.rel] for e in items), dtype=np.int32, count=count)
+    blob, off = _props_blob((e.props for e in items), _dumper())
+    return EdgePart(src, dst, rel, blob, off)
+
+
+def _join_blobs(parts: Sequence[tuple[bytes, np.ndarray]]) -> tuple[bytes, np.ndarray]:
+    """Blobs concatenated, each part's offsets shifted by the bytes before it (one leading 0)."""
+    offsets = [np.zeros(1, dtype=np.int64)]
+    total = 0
+    for blob, off in parts:
+        offsets.append(np.asarray(off[1:], dtype=np.int64) + total)
+        total += len(blob)
+    return b"".join(blob for blob, _ in parts), np.concatenate(offsets)
+
+
+def join_nodes(parts: Sequence[NodePart]) -> NodePart:
+    """Consecutive node parts as one (the arrays a single :func:`compact_nodes` over all of them gives)."""
+    if len(parts) == 1:
+        return parts[0]
+    blob, off = _join_blobs([(p.blob, p.off) for p in parts])
+    return NodePart(np.concatenate([p.label for p in parts]).astype(np.int32), blob, off)
+
+
+def join_edges(parts: Sequence[EdgePart]) -> EdgePart:
+    """Consecutive edge parts as one (the arrays a single :func:`compact_edges` over all of them gives)."""
+    if len(parts) == 1:
+        return parts[0]
+    blob, off = _join_blobs([(p.blob, p.off) for p in parts])
+    def ids(field: str) -> np.ndarray:
+        return np.concatenate([getattr(p, field) for p in parts]).astype(np.int32)
+
+    return EdgePart(ids("src"), ids("dst"), ids("rel"), blob, off)
+
+
+def compact_names(skb: SKB) -> tuple[list[str], list[str]]:
+    """The label and relation names, sorted: the ids the arrays use are positions in these lists."""
+    labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))
+    rels = sorted({edge.rel for edge in skb.edges})
+    return labels, rels
+
+
 def write_compact(
-    skb: SKB, directory: Path, schema: GraphSchema | None = None, *, dense_edges: int = DENSE_EDGES
+    skb: SKB, directory: Path, schema: GraphSchema | None = None, *, dense_edges: int = DENSE_EDGES,
+    parts: tuple[NodePart, EdgePart] | None = None,
 ) -> list[Path]:
     """Write ``skb`` as arrays into ``directory`` (``<index>/skb/compact``); returns the files written.
 
     ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge).
-    ``dense_edges``: see :data:`DENSE_EDGES` (tests lower it to exercise the grouped path on small graphs)."""
+    ``dense_edges``: see :data:`DENSE_EDGES` (tests lower it to exercise the grouped path on small graphs).
+    ``parts``: the node and edge arrays when computed elsewhere (``compact_nodes``/``compact_edges`` over
+    ranges, joined; the ids by :func:`compact_names`), e.g. by partitions on a build engine's workers."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = list(skb.nodes)
-    index = {key: i for i, key in enumerate(keys)}
-    labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))
-    label_id = {label: i for i, label in enumerate(labels)}
-    rels = sorted({edge.rel for edge in skb.edges})
-    rel_id = {rel: i for i, rel in enumerate(rels)}
+    labels, rels = compact_names(skb)
     n, m = len(keys), len(skb.edges)
     if n >= 2**31 or m >= 2**31:
         raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
-
-    node_label = np.fromiter((label_id[node.label] for node in skb.nodes.values()), dtype=np.int32, count=n)
     dumps = _dumper()
-    node_blob, node_off = _props_blob((node.props for node in skb.nodes.values()), dumps)
-    try:
-        edge_src = np.fromiter((index[e.src] for e in skb.edges), dtype=np.int32, count=m)
-        edge_dst = np.fromiter((index[e.dst] for e in skb.edges), dtype=np.int32, count=m)
-    except KeyError as exc:
-        raise ConfigError(f"an edge refers to unknown node {exc.args[0]!r}; validate the SKB before writing") from exc
-    edge_rel = np.fromiter((rel_id[e.rel] for e in skb.edges), dtype=np.int32, count=m)
-    edge_blob, edge_off = _props_blob((e.props for e in skb.edges), dumps)
+    if parts is None:
+        index = {key: i for i, key in enumerate(keys)}
+        node_part = compact_nodes(skb.nodes.values(), n, {label: i for i, label in enumerate(labels)})
+        edge_part = compact_edges(skb.edges, m, index, {rel: i for i, rel in enumerate(rels)})
+        del index
+    else:
+        node_part, edge_part = parts
+        if len(node_part.label) != n or len(edge_part.src) != m:
+            raise ValueError(f"compact parts of {len(node_part.label)} nodes and {len(edge_part.src)} edges "
+                             f"for an SKB of {n} and {m}")
+    node_label, node_blob, node_off = node_part
+    edge_src, edge_dst, edge_rel, edge_blob, edge_off = edge_part
     out_ptr, out_idx = _csr(edge_src, n)
     in_ptr, in_idx = _csr(edge_dst, n)
 

@@ -115,6 +115,11 @@ def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
     return dict(rows)
 
 
+_NO_PROPS: dict[str, Any] = {}
+"""The one property map of every edge without properties (most edges of a large graph): an empty dict per edge
+row cost 64 bytes each, 0.6 GB at ten million edges. Rows are read, never changed."""
+
+
 def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     """Per (rel, src label, dst label), rows {"s": src key, "d": dst key, "p": props}; dangling edges are refused."""
     rows: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -130,7 +135,7 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
                 fix="call skb.validate() before loading, and add the node or drop the edge",
             )
         try:
-            props = store_props(edge.props)
+            props = store_props(edge.props) if edge.props else _NO_PROPS
         except _Unstorable:
             raise _refusal(skb) from None
         rows[(edge.rel, src.label, dst.label)].append({"s": edge.src, "d": edge.dst, "p": props})

@@ -2,8 +2,9 @@
 
 Per size: the build's wall time per stage (the build's own timings), peak RSS and CPU seconds per
 stage (the build process and its children, the graph server included, sampled every 0.2 s and
-attributed to the stage its progress lines name), the index size per part, and warm query latency in one process
-(p50/p95 of ``bundle.search`` in each mode and of the offline agent, after one warm-up query).
+attributed to the stage its progress lines name), the peak RSS of the largest single process, the index
+size per part, and warm query latency in one process (p50/p95 of ``bundle.search`` in each mode and of
+the offline agent, after one warm-up query).
 
     python -m evals.studies.scale.run --sizes 10000,100000 --out evals/reports/scale
 
@@ -33,9 +34,9 @@ from evals.studies.scale.generate import generate
 _STAGE = re.compile(r"^\[(\w+)\]")
 
 
-def _tree_usage(root: int) -> tuple[int, float]:
+def _tree_usage(root: int) -> tuple[int, float, int]:
     """RSS (KiB) and CPU seconds (user + system, waited-for children included) of ``root`` and every
-    descendant (by parent pid), from /proc.
+    descendant (by parent pid), from /proc, and the RSS (KiB) of the largest one of them.
 
     Why CPU seconds: the machine these runs share has two cores and several users; wall time then
     measures the neighbours as much as the build, while CPU time is the build's own cost."""
@@ -56,13 +57,13 @@ def _tree_usage(root: int) -> tuple[int, float]:
         pid = int(entry)
         children.setdefault(ppid, []).append(pid)
         usage[pid] = (pages * page_kib, cpu)
-    rss, cpu, todo = 0, 0.0, [root]
+    rss, cpu, largest, todo = 0, 0.0, 0, [root]
     while todo:
         pid = todo.pop()
         r, c = usage.get(pid, (0, 0.0))
-        rss, cpu = rss + r, cpu + c
+        rss, cpu, largest = rss + r, cpu + c, max(largest, r)
         todo.extend(children.get(pid, []))
-    return rss, cpu
+    return rss, cpu, largest
 
 
 def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[str, Any]:
@@ -73,6 +74,7 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stage = ["load"]
     peaks: dict[str, int] = {}
+    process_peak = 0
     log: list[str] = []
 
     def read_stderr() -> None:
@@ -88,8 +90,9 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     cpu_by_stage: dict[str, float] = {}
     last_cpu = 0.0
     while proc.poll() is None:
-        rss, cpu = _tree_usage(proc.pid)
+        rss, cpu, largest = _tree_usage(proc.pid)
         peaks[stage[0]] = max(peaks.get(stage[0], 0), rss)
+        process_peak = max(process_peak, largest)
         if cpu > last_cpu:  # 0 once the process has exited between poll() and the read
             cpu_by_stage[stage[0]] = cpu_by_stage.get(stage[0], 0.0) + cpu - last_cpu
             last_cpu = cpu
@@ -105,6 +108,7 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     summary["peak_rss_mib"] = {k: round(v / 1024, 1) for k, v in peaks.items()}
     summary["peak_rss_mib_max"] = round(max(peaks.values(), default=0) / 1024, 1)
+    summary["peak_rss_mib_one_process"] = round(process_peak / 1024, 1)  # the largest single process's peak
     summary["cpu_s"] = {k: round(v, 2) for k, v in cpu_by_stage.items()}
     summary["cpu_s_total"] = round(sum(cpu_by_stage.values()), 2)
     summary["parts_mib"] = {p.name: round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
