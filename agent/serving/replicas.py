@@ -259,8 +259,8 @@ def replica_pids() -> list[int]:
         if DEPLOYMENT_NAME not in name:
             continue
         namespace = entry.get("namespace") if isinstance(entry, dict) else None
-        handle = ray.get_actor(name, namespace=namespace)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a replica that died since the listing is not running
+            handle = ray.get_actor(name, namespace=namespace)
             pid: Any = ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=10)
             pids.append(int(pid))
     return sorted(pids)
