@@ -169,9 +169,13 @@ class Measurement(BaseModel):
     on_cpu: int | None
     """The CPU the measuring thread was pinned to (None where the system cannot pin)."""
 
+    def reference_quantile(self) -> float:
+        """The reference workload's CPU lower quartile (QUANTILE): how fast the machine ran it in this process."""
+        return float(np.percentile(np.asarray(self.cpu["reference"]), QUANTILE))
+
     def ratio(self, stage: str) -> float:
         """The guard's estimator: the lower quartile of the stage's CPU over the reference's."""
-        ref = max(float(np.percentile(np.asarray(self.cpu["reference"]), QUANTILE)), 1e-3)
+        ref = max(self.reference_quantile(), 1e-3)
         return float(np.percentile(np.asarray(self.cpu[stage]), QUANTILE)) / ref
 
 
@@ -355,16 +359,12 @@ def _measure_in_process(
     return Measurement.model_validate_json(lines[-1])
 
 
-def _reference_p25(m: Measurement) -> float:
-    return _pct(m.cpu["reference"], QUANTILE)
-
-
 def _undisturbed(runs: Sequence[Measurement]) -> list[Measurement]:
     """The processes whose reference ran within UNDISTURBED of the fastest one's: the machine was not slowed then."""
     if not runs:
         return []
-    fastest = min(_reference_p25(m) for m in runs)
-    return [m for m in runs if _reference_p25(m) <= UNDISTURBED * fastest]
+    fastest = min(m.reference_quantile() for m in runs)
+    return [m for m in runs if m.reference_quantile() <= UNDISTURBED * fastest]
 
 
 def run_guard(
@@ -406,7 +406,7 @@ def run_guard(
         reference_p95_ms=round(_pct(wall["reference"], 95), 3), stages=stages,
         passed=all(s.passed for s in stages), questions=questions, repeats=repeats,
         seconds=round(time.perf_counter() - started, 1), processes=len(runs), judged=[any(m is j for j in judged) for m in runs], cpus=[m.on_cpu for m in runs],
-        reference_p25_ms=[round(_pct(m.cpu["reference"], QUANTILE), 3) for m in runs],
+        reference_p25_ms=[round(m.reference_quantile(), 3) for m in runs],
         slowed=slow, load=_load(),
     )
 
