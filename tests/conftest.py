@@ -139,12 +139,9 @@ def pytest_configure(config: pytest.Config) -> None:
         (MiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
         (TorchMiniLMEmbedder, "__init__", "loads the MiniLM embedding model"),
     ]
-    try:
-        from arcadedb_embedded.server import ArcadeDBServer
-    except ModuleNotFoundError:  # the optional test dependency; without it nothing can start ArcadeDB
-        pass
-    else:
-        patched.append((ArcadeDBServer, "__init__", "starts an ArcadeDB server"))
+    from tests.store_fixtures import ArcadeDBChild
+
+    patched.append((ArcadeDBChild, "__init__", "starts an ArcadeDB server"))
     for owner, name, what in patched:
         monkeypatch.setattr(owner, name, refuse(what))
     config.add_cleanup(monkeypatch.undo)
@@ -190,29 +187,3 @@ def ray_local() -> Iterator[Any]:
     yield ray
     ray.shutdown()
 
-
-_EXIT_STATUS: dict[str, int] = {}
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _EXIT_STATUS["status"] = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """End a full run with pytest's own status once every cleanup has run.
-
-    Why: after a full run (every result reported, every fixture torn down, the exit handlers run) the interpreter
-    crashed once with a segmentation fault while finalising native extension objects, turning a green run into exit
-    139. The exit handlers still run here (they stop servers and Ray); only the interpreter's last finalisation is
-    skipped. Runs that stop early or fail keep their status.
-    """
-    import atexit
-    import sys
-
-    if "status" not in _EXIT_STATUS or os.environ.get("SKB_TEST_NORMAL_EXIT"):
-        return
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(_EXIT_STATUS["status"])

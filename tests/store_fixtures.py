@@ -65,24 +65,62 @@ java.util.logging.ConsoleHandler.level = SEVERE
 """
 
 
-def start_arcadedb(root: Path) -> tuple[Any, str]:
-    """An in-process ArcadeDB server with its Neo4j-compatible Bolt plugin: (server, bolt URI).
+class ArcadeDBChild:
+    """An ArcadeDB server with its Neo4j-compatible Bolt plugin, in a child process: ``uri`` and ``stop()``.
 
-    Small heap, quiet logging, JPype's exit hook off; the caller stops it with ``server.stop()`` and creates
-    its databases with ``create_database``.
+    Why a child process: the server is a JVM, and a JVM in the test process dies with it. The JVM handles its own
+    SIGSEGVs (safepoint polls, implicit null checks); pytest's faulthandler, disabled when the run ends, puts back
+    the handler it found and so removes the JVM's, after which any JVM thread that polls kills the test process
+    with a segmentation fault after a green run. Small heap and quiet logging; ``databases`` are created before
+    ``uri`` is known.
     """
+
+    def __init__(self, root: Path, databases: list[str]) -> None:
+        import subprocess
+        import sys
+
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "logging.properties").write_text(_QUIET_JUL)
+        code = "import sys; from tests.store_fixtures import serve_arcadedb; serve_arcadedb(sys.argv[1:])"
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(root), *databases],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()  # the child's first line: its Bolt URI, once it serves
+        if not line.startswith("bolt://"):
+            self.stop()
+            raise RuntimeError(f"ArcadeDB did not start: {line!r} {self._proc.stderr.read() if self._proc.stderr else ''}")
+        self.uri = line
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self._proc.poll() is None and self._proc.stdin is not None:
+            self._proc.stdin.close()  # the child stops its server when its standard input ends
+            try:
+                self._proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def start_arcadedb(root: Path, databases: list[str]) -> ArcadeDBChild:
+    """Start ArcadeDB in a child process with ``databases`` created; the caller calls ``stop()``."""
+    return ArcadeDBChild(root, databases)
+
+
+def serve_arcadedb(argv: list[str]) -> None:
+    """The child's side of ``ArcadeDBChild``: argv is the root directory and the databases to create."""
+    import sys
+
     import jpype
     import jpype.config
     from arcadedb_embedded.server import ArcadeDBServer
 
+    root, databases = Path(argv[0]), argv[1:]
     jpype.config.onexit = False
-    jvm_kwargs: dict[str, Any] | None = None
-    if not jpype.isJVMStarted():
-        (root / "logging.properties").write_text(_QUIET_JUL)
-        jvm_kwargs = {
-            "heap_size": "384m",
-            "jvm_args": [f"-Djava.util.logging.config.file={root / 'logging.properties'}"],
-        }
     bolt_port = free_port()
     server = ArcadeDBServer(
         str(root / "databases"),
@@ -93,10 +131,15 @@ def start_arcadedb(root: Path) -> tuple[Any, str]:
             "server_plugins": "Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
             "bolt_port": bolt_port,
         },
-        jvm_kwargs=jvm_kwargs,
+        jvm_kwargs={"heap_size": "384m",
+                    "jvm_args": [f"-Djava.util.logging.config.file={root / 'logging.properties'}"]},
     )
     server.start()
-    return server, f"bolt://127.0.0.1:{bolt_port}"
+    for name in databases:
+        server.create_database(name)
+    print(f"bolt://127.0.0.1:{bolt_port}", flush=True)
+    sys.stdin.read()
+    server.stop()
 
 
 # -- the neighbour aggregation, computed in Python: what every store's search_nodes query must return --

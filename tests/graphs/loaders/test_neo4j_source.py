@@ -68,12 +68,9 @@ def snapshot(store: Neo4jStore) -> tuple[list[Any], list[Any]]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     pytest.importorskip("arcadedb_embedded")
-    srv, uri = start_arcadedb(tmp_path_factory.mktemp("arcadedb_source"))
+    srv = start_arcadedb(tmp_path_factory.mktemp("arcadedb_source"), [USER_DB, OTHER_DB, MOVIES_DB])
     try:
-        srv.create_database(USER_DB)
-        srv.create_database(OTHER_DB)
-        srv.create_database(MOVIES_DB)
-        yield srv, uri
+        yield srv, srv.uri
     finally:
         srv.stop()
 
