@@ -235,9 +235,26 @@ def _mcp_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )  # fmt: skip
 
 
+def _mcp_refusal(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The same command's options read in this process (it refuses before it opens anything, so starting an
+    interpreter per case only costs seconds); ``_mcp_cli`` runs one case as its own process."""
+    import typer
+    from typer.testing import CliRunner
+
+    from agent.serving.mcp import mcp_command
+
+    app = typer.Typer()
+    app.command()(mcp_command)
+    environ = {k: v for k, v in _env(tmp, **env).items() if k != "PYTHONPATH"}
+    unset: dict[str, str | None] = {"SKB_MCP_TOKEN": None} if "SKB_MCP_TOKEN" not in env else {}
+    result = CliRunner().invoke(app, ["--index-dir", str(tmp / "no-index"), *args], env={**environ, **unset})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def test_binding_beyond_localhost_without_a_token_refuses_to_start(tmp_path: Path) -> None:
     for host in ("0.0.0.0", "::", "192.0.2.10", "myhost.example"):
-        result = _mcp_cli(tmp_path, "--transport", "http", "--host", host)
+        run = _mcp_cli if host == "0.0.0.0" else _mcp_refusal
+        result = run(tmp_path, "--transport", "http", "--host", host)
         assert result.returncode == 2, (host, result.stderr)
         assert f"--host {host} would expose the tools" in result.stderr and "SKB_MCP_TOKEN" in result.stderr
         assert "--token-file" in result.stderr and "no index" not in result.stderr
@@ -245,22 +262,22 @@ def test_binding_beyond_localhost_without_a_token_refuses_to_start(tmp_path: Pat
 
 def test_bad_token_sources_are_clear_errors_that_never_echo_the_token(tmp_path: Path) -> None:
     short = "abc123"
-    result = _mcp_cli(tmp_path, "--transport", "http", "--host", "0.0.0.0", SKB_MCP_TOKEN=short)
+    result = _mcp_refusal(tmp_path, "--transport", "http", "--host", "0.0.0.0", SKB_MCP_TOKEN=short)
     assert result.returncode == 2 and "too short" in result.stderr and short not in result.stderr
-    empty = _mcp_cli(tmp_path, "--transport", "http", SKB_MCP_TOKEN="")
+    empty = _mcp_refusal(tmp_path, "--transport", "http", SKB_MCP_TOKEN="")
     assert empty.returncode == 2 and "$SKB_MCP_TOKEN is empty" in empty.stderr
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    both = _mcp_cli(tmp_path, "--transport", "http", "--token-file", str(token_file), SKB_MCP_TOKEN=TOKEN)
+    both = _mcp_refusal(tmp_path, "--transport", "http", "--token-file", str(token_file), SKB_MCP_TOKEN=TOKEN)
     assert both.returncode == 2 and "give the token one way" in both.stderr and TOKEN not in both.stderr
-    missing = _mcp_cli(tmp_path, "--transport", "http", "--token-file", str(tmp_path / "nope"))
+    missing = _mcp_refusal(tmp_path, "--transport", "http", "--token-file", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "cannot read --token-file" in missing.stderr
     spaced = tmp_path / "spaced"
     spaced.write_text("correct horse battery staple\n")
-    bad_chars = _mcp_cli(tmp_path, "--transport", "http", "--token-file", str(spaced))
+    bad_chars = _mcp_refusal(tmp_path, "--transport", "http", "--token-file", str(spaced))
     assert bad_chars.returncode == 2 and "printable ASCII without spaces" in bad_chars.stderr
     assert "horse" not in bad_chars.stderr
-    stdio = _mcp_cli(tmp_path, "--token-file", str(token_file))
+    stdio = _mcp_refusal(tmp_path, "--token-file", str(token_file))
     assert stdio.returncode == 2 and "--token-file applies to --transport http only" in stdio.stderr
 
 

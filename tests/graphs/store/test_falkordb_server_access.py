@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from graphs.errors import StoreUnavailableError
+from graphs.store.falkordb_access import _no_retry
 from graphs.store.falkordb_server import (
     ACL_FILE,
     SECRET_FILE,
@@ -55,7 +56,7 @@ def _port(data_dir: Path) -> int:
 def test_a_client_without_the_password_can_neither_write_nor_reconfigure(loaded: FalkorDBStore) -> None:
     port = _port(loaded.data_dir)
     before = loaded.count_nodes()
-    intruder = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    intruder = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, retry=_no_retry())  # refused: at once
     try:
         with pytest.raises(redis.AuthenticationError):
             intruder.execute_command("GRAPH.QUERY", loaded.graph_name, "CREATE (:Intruder {key: 'x'})")
@@ -66,7 +67,8 @@ def test_a_client_without_the_password_can_neither_write_nor_reconfigure(loaded:
     finally:
         intruder.close()
     for user, password in (("default", ""), ("default", "guess"), (USERNAME, "guess")):
-        guesser = redis.Redis(host="127.0.0.1", port=port, username=user, password=password, socket_timeout=5)
+        guesser = redis.Redis(host="127.0.0.1", port=port, username=user, password=password, socket_timeout=5,
+                               retry=_no_retry())
         try:
             with pytest.raises(redis.AuthenticationError):
                 guesser.ping()
@@ -131,7 +133,7 @@ def test_each_start_gets_a_fresh_password(tmp_path: Path) -> None:
         assert server.connection().ping()
     with FalkorDBServer(tmp_path) as server:
         assert (tmp_path / SECRET_FILE).read_text() != first
-        stale = redis.Redis(host="127.0.0.1", port=server.port or 0, username=USERNAME, password=first)
+        stale = redis.Redis(host="127.0.0.1", port=server.port or 0, username=USERNAME, password=first, retry=_no_retry())
         with pytest.raises(redis.AuthenticationError):
             stale.ping()
         stale.close()
