@@ -231,11 +231,11 @@ class FalkorDBStore(CypherStore):
             if not self._responsive():
                 raise self._frozen()
             self._suspect_until = 0.0
-        if model:
-            graph = self._tool_graph(timeout_ms)
-        else:
-            graph = self._tool_graph(_QUICK_POOL) if quick else self._graph()
-        try:
+        try:  # opening a pool talks to the server too: a frozen one times out there, and is named the same way
+            if model:
+                graph = self._tool_graph(timeout_ms)
+            else:
+                graph = self._tool_graph(_QUICK_POOL) if quick else self._graph()
             if read_only:
                 return graph.ro_query(cypher, params, timeout=int(timeout_ms))
             return graph.query(cypher, params, timeout=int(timeout_ms))

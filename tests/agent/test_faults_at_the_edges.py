@@ -489,7 +489,7 @@ def test_tools_on_a_frozen_store_blame_the_store_not_the_query(
     from tools import make_tools
 
     monkeypatch.setattr(search_nodes_module, "READ_SKB", False)  # the store's path (not the SKB's) is tested
-    tools = {t.name: t for t in make_tools(frozen)}
+    tools = {t.name: t for t in make_tools(frozen)}  # the query's pool was opened before the store froze
     cypher, search = tools["cypher"], tools["search_nodes"]
     t0 = time.monotonic()
     out = within(60, lambda: json.loads(cypher.invoke({"query": "MATCH (n:Widget) RETURN n.key LIMIT 3"})),
@@ -507,11 +507,14 @@ def test_tools_on_a_frozen_store_blame_the_store_not_the_query(
 
 def test_ask_on_a_frozen_store_reports_it_in_degraded(frozen: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import tools.cypher as cypher_module
+    from agent import AgentConfig
     from agent.api import ask
 
     # the store's path is tested: the planner's relation-path walks are otherwise read from the SKB
     monkeypatch.setattr(cypher_module, "READ_SKB", False)
-    result = within(120, lambda: ask("who is the maker of Sprocket 3", bundle=frozen), "ask on a frozen store")
+    config = AgentConfig(cypher_timeout_ms=1000)  # a timeout no call used before: its pool is opened frozen
+    result = within(120, lambda: ask("who is the maker of Sprocket 3", bundle=frozen, config=config),
+                    "ask on a frozen store")
     assert result.degraded, "a failed store must never give degraded: []"
     text = " ".join(result.degraded)
     assert "graph store" in text and "FalkorDB" in text
