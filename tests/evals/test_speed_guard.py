@@ -44,10 +44,12 @@ def test_the_guard_passes_and_reports_every_stage(report: GuardReport, tmp_path:
     assert [s.stage for s in report.stages] == list(speed_guard.STAGES)
     assert speed_guard.PROCESSES <= report.processes <= 2 * speed_guard.PROCESSES
     assert len(report.judged) == len(report.cpus) == len(report.reference_p25_ms) == report.processes
-    assert sum(report.judged) >= (speed_guard.PROCESSES + 1) // 2
-    fastest = min(report.reference_p25_ms)
+    # more processes run until half of them count, up to twice as many
+    assert sum(report.judged) >= (speed_guard.PROCESSES + 1) // 2 or report.processes == 2 * speed_guard.PROCESSES
+    base = speed_guard.undisturbed_base(report.reference_p25_ms)
+    assert sum(report.judged) >= 2  # the base and the fastest always count
     for judged, ms in zip(report.judged, report.reference_p25_ms):  # the report rounds to 1 microsecond
-        assert ms <= speed_guard.UNDISTURBED * fastest + 0.002 if judged else ms >= speed_guard.UNDISTURBED * fastest - 0.002
+        assert ms <= speed_guard.UNDISTURBED * base + 0.002 if judged else ms >= speed_guard.UNDISTURBED * base - 0.002
     for stage in report.stages:
         assert stage.n == speed_guard.QUESTIONS * speed_guard.REPEATS * report.processes
         assert len(stage.attempts) == report.processes
@@ -69,9 +71,9 @@ def test_every_stage_slowed_by_the_slowdown_fails(report: GuardReport, index_dir
     plain = {s.stage: s.ratio for s in report.stages}
     assert slow.slowed == dict.fromkeys(speed_guard.STAGES, SLOWDOWN)
     assert not slow.passed
-    for stage in slow.stages:
-        assert stage.ratio / plain[stage.stage] > 1.15, speed_guard.markdown(slow)
+    for stage in slow.stages:  # the verdict is what must hold; the two runs' ratios only have to be in order
         assert not stage.passed, speed_guard.markdown(slow)
+        assert stage.ratio > plain[stage.stage], speed_guard.markdown(slow)
 
 
 def test_one_process_measures_every_stage_beside_the_reference_on_one_cpu(index_dir: Path) -> None:
