@@ -21,6 +21,13 @@ from graphs.errors import SKBError
 from graphs.manifest import atomic_write_bytes
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:80] or "model"
 
@@ -33,12 +40,18 @@ class CachedEmbedder:
     Why shards: a rebuild of a 40k-node SKB should re-embed only the texts that
     changed, and writing one file per text would mean 40k files. Each call that
     misses appends one ``.npz`` shard (hex digests + vectors) written atomically;
-    concurrent writers never touch the same file. When shards pile up they are
-    merged into one.
+    concurrent writers never touch the same file. When small shards pile up they
+    are merged into one; the large ones are never rewritten (an update that
+    embeds a few hundred texts would otherwise rewrite the whole cache).
+
+    In memory the vectors sit in one matrix grown in place (``_append``): a lookup
+    after each miss must not copy every cached vector again.
     """
 
     SHARD_ROWS = 4096
     COMPACT_AT = 32
+    #: Shards smaller than this (bytes) are merged by ``compact``; larger ones are left as they are.
+    SMALL_SHARD_BYTES = 4 << 20
 
     def __init__(self, inner: Embedder, cache_dir: Path) -> None:
         self.inner = inner
@@ -49,8 +62,8 @@ class CachedEmbedder:
         self.root = Path(cache_dir) / (_slug(inner.model_name) + (f"-{content[:16]}" if content else ""))
         self._lock = threading.Lock()
         self._index: dict[bytes, int] | None = None
-        self._vectors: list[np.ndarray] = []
-        self._matrix: np.ndarray | None = None
+        self._matrix: np.ndarray | None = None  # rows [0, _rows) hold vectors; the rest is room to grow
+        self._rows = 0
         self.hits = 0
         self.misses = 0
 
@@ -78,7 +91,7 @@ class CachedEmbedder:
                     vecs = np.asarray(data["vectors"], dtype=np.float32)
             except (OSError, ValueError, KeyError, EOFError):
                 continue  # removed by a concurrent compaction, or damaged: it is only a cache
-            if vecs.ndim != 2 or len(keys) != len(vecs):
+            if vecs.ndim != 2 or len(keys) != len(vecs) or (vectors and vecs.shape[1] != vectors[0].shape[1]):
                 continue
             for i, key in enumerate(keys.tolist()):
                 if key not in index:
@@ -86,16 +99,30 @@ class CachedEmbedder:
             vectors.append(vecs)
             rows += len(vecs)
         self._index = index
-        self._vectors = vectors
-        self._matrix = None
+        self._matrix = np.concatenate(vectors, axis=0) if vectors else None
+        self._rows = rows
+        if self._matrix is not None and self._matrix.shape[1] != self.inner.dim:
+            self._index = None
+            raise SKBError(f"embedding cache at {self.root} holds {self._matrix.shape[1]}-dimensional vectors but "
+                           f"{self.model_name!r} now gives {self.inner.dim} -- delete the cache directory")
+
+    def _append(self, vecs: np.ndarray) -> int:
+        """Add rows to the in-memory matrix (growing it by a quarter when full); returns the first new row."""
+        first, end = self._rows, self._rows + len(vecs)
+        if self._matrix is None or end > len(self._matrix):
+            kept = self._matrix[:first] if self._matrix is not None and first else None
+            grown = np.empty((max(end, first + first // 4, 1024), vecs.shape[1]), dtype=np.float32)
+            if kept is not None:
+                grown[:first] = kept
+            self._matrix = grown
+        self._matrix[first:end] = vecs
+        self._rows = end
+        return first
 
     def _all(self) -> np.ndarray:
         if self._matrix is None:
-            self._matrix = (
-                np.concatenate(self._vectors, axis=0) if self._vectors else np.zeros((0, 0), dtype=np.float32)
-            )
-            self._vectors = [self._matrix] if self._vectors else []
-        return self._matrix
+            return np.zeros((0, 0), dtype=np.float32)
+        return self._matrix[: self._rows]
 
     def _write_shard(self, keys: list[bytes], vectors: np.ndarray) -> None:
         buf = io.BytesIO()
@@ -103,21 +130,38 @@ class CachedEmbedder:
         atomic_write_bytes(self.root / f"shard-{uuid.uuid4().hex}.npz", buf.getvalue())
 
     def compact(self) -> None:
-        """Merge all shards into one (keeps the newest vector per text)."""
+        """Merge the small shards into one (the large ones stay as they are; every vector is kept)."""
         with self._lock:
-            shards = self._shards()
-            if len(shards) <= 1:
+            small = [p for p in self._shards() if _size(p) < self.SMALL_SHARD_BYTES]
+            if len(small) <= 1:
                 return
-            self._index = None
+            merged: dict[bytes, np.ndarray] = {}
+            for shard in small:
+                try:
+                    with np.load(shard, allow_pickle=False) as data:
+                        keys, vecs = data["keys"].tolist(), np.asarray(data["vectors"], dtype=np.float32)
+                except (OSError, ValueError, KeyError, EOFError):
+                    continue
+                if vecs.ndim == 2 and len(keys) == len(vecs):
+                    merged.update(zip(keys, vecs))
+            if merged:
+                self._write_shard(list(merged), np.stack(list(merged.values())))
+            for shard in small:
+                shard.unlink(missing_ok=True)
+
+    def split_cached(self, texts: Sequence[str]) -> tuple[list[int], np.ndarray]:
+        """(positions of ``texts`` whose vectors are cached, those vectors): ``embed_all`` embeds only the rest,
+        in few calls, instead of one call (and one shard) per chunk that holds a single miss."""
+        items = _check_texts(texts)
+        with self._lock:
             self._load()
             assert self._index is not None
-            matrix = self._all()
-            keys = list(self._index)
-            rows = np.fromiter(self._index.values(), dtype=np.int64, count=len(keys))
-            self._write_shard(keys, matrix[rows])
-            for shard in shards:
-                shard.unlink(missing_ok=True)
-            self._index = None
+            found = [(i, self._index.get(self._digest(self.identity, t))) for i, t in enumerate(items)]
+            hits = [(i, row) for i, row in found if row is not None]
+            self.hits += len(hits)
+            rows = np.fromiter((row for _, row in hits), dtype=np.int64, count=len(hits))
+            vectors = self._all()[rows] if len(hits) else np.zeros((0, self.dim), dtype=np.float32)
+        return [i for i, _ in hits], np.asarray(vectors, dtype=np.float32)
 
     def embed(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray:
         items = _check_texts(texts)
@@ -145,9 +189,7 @@ class CachedEmbedder:
                         f"expected ({len(batch)}, {self.inner.dim})"
                     )
                 self._write_shard([d for d, _ in batch], vecs)
-                base = sum(len(v) for v in self._vectors)
-                self._vectors.append(vecs)
-                self._matrix = None
+                base = self._append(vecs)
                 for i, (digest, _) in enumerate(batch):
                     self._index[digest] = base + i
                 if progress is not None:
@@ -155,14 +197,9 @@ class CachedEmbedder:
             if not items:
                 return np.zeros((0, self.dim), dtype=np.float32)
             matrix = self._all()
-            if matrix.shape[1] != self.inner.dim:
-                raise SKBError(
-                    f"embedding cache at {self.root} holds {matrix.shape[1]}-dimensional vectors but "
-                    f"{model!r} now gives {self.inner.dim} -- delete the cache directory"
-                )
             rows = np.fromiter((self._index[d] for d in digests), dtype=np.int64, count=len(digests))
             result = matrix[rows]
-        if len(self._shards()) > self.COMPACT_AT:
+        if sum(_size(p) < self.SMALL_SHARD_BYTES for p in self._shards()) > self.COMPACT_AT:
             self.compact()
         return np.ascontiguousarray(result, dtype=np.float32)
 
