@@ -6,7 +6,6 @@ merges the small shards without rewriting the large one. The embedder is the has
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +14,11 @@ import pytest
 from graphs.embedding.base import embed_all
 from graphs.embedding.cache import CachedEmbedder
 from graphs.embedding.hashing import HashEmbedder
+from tests.graphs.embedding.test_embedder import CountingEmbedder
 
 
-class Counting:
-    def __init__(self) -> None:
-        self.inner = HashEmbedder(32)
-        self.model_name = self.inner.model_name
-        self.calls: list[list[str]] = []
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        return self.inner.embed(texts)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
+def _counting() -> CountingEmbedder:
+    return CountingEmbedder(HashEmbedder(32))
 
 
 def _shards(root: Path) -> dict[str, int]:
@@ -41,11 +27,11 @@ def _shards(root: Path) -> dict[str, int]:
 
 def test_a_build_after_a_few_changes_embeds_only_them_in_one_call(tmp_path: Path) -> None:
     old = [f"term {i} with a longer tail of words {'x' * (i % 37)}" for i in range(3000)]
-    embed_all(CachedEmbedder(Counting(), tmp_path), old, chunk=256)
+    embed_all(CachedEmbedder(_counting(), tmp_path), old, chunk=256)
     before = _shards(tmp_path)
     new = [f"changed {i}" for i in range(5)]
     texts = old[:1000] + [new[0]] + old[1000:2000] + new[1:3] + old[2000:] + new[3:]
-    counting = Counting()
+    counting = _counting()
     cache = CachedEmbedder(counting, tmp_path)
     seen: list[tuple[int, int]] = []
     got = embed_all(cache, texts, chunk=256, progress=lambda d, t: seen.append((d, t)))
@@ -58,7 +44,7 @@ def test_a_build_after_a_few_changes_embeds_only_them_in_one_call(tmp_path: Path
 
 def test_compaction_merges_the_small_shards_and_leaves_the_large_one(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = CachedEmbedder(Counting(), tmp_path)
+    cache = CachedEmbedder(_counting(), tmp_path)
     cache.embed([f"base {i}" for i in range(2000)])  # one large shard
     (large,) = _shards(tmp_path).items()
     monkeypatch.setattr(CachedEmbedder, "SMALL_SHARD_BYTES", (tmp_path / cache.root.name / large[0]).stat().st_size)
@@ -68,7 +54,7 @@ def test_compaction_merges_the_small_shards_and_leaves_the_large_one(tmp_path: P
         cache.embed([text])  # the fourth small shard passes COMPACT_AT: they are merged
     shards = _shards(tmp_path)
     assert len(shards) == 2 and shards[large[0]] == large[1]  # the large shard was not rewritten
-    counting = Counting()
+    counting = _counting()
     again = CachedEmbedder(counting, tmp_path).embed([*singles, "base 7"])
     assert counting.calls == []
     np.testing.assert_allclose(again, HashEmbedder(32).embed([*singles, "base 7"]), atol=1e-6)
