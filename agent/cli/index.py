@@ -6,7 +6,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from graphs.build import BuildSummary, IndexConfig
     from graphs.loaders.neo4j_source import Neo4jSource
     from graphs.tuning.train import TuneConfig
+    from graphs.update import UpdateSummary
 
 console = Console()
 err_console = Console(stderr=True)
@@ -181,7 +182,18 @@ def index_command(
                 skb = _load(dataset, data, profile, trust_pickle)
                 progress("load", 1, 1)
                 load_s = time.perf_counter() - t0
-                summary = _build(skb, index_dir, config, progress, engine_options)
+                updated = None if force or engine != "local" else _update_in_place(skb, index_dir, config, progress)
+                if updated == "unchanged":
+                    _write_fingerprint(index_dir, fingerprint)
+                    print_text(console, f"index at {index_dir} is up to date: the data read again holds the same "
+                                        "graph (use --force to rebuild)")
+                    return
+                if updated is not None and updated.build is not None:
+                    summary = updated.build
+                    print_text(console, f"applied the changes found in the data as an update ({updated.changed_nodes} "
+                                        f"changed and {updated.deleted_nodes} deleted nodes; --force rebuilds)")
+                else:
+                    summary = _build(skb, index_dir, config, progress, engine_options)
         summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
         _write_fingerprint(index_dir, fingerprint)
     except SKBError as exc:
@@ -213,6 +225,44 @@ def _build(skb: SKB, index_dir: Path, config: IndexConfig, progress: ProgressRep
         return build_index(skb, index_dir, config, progress=progress, engine=runner)
     finally:
         runner.close()
+
+
+#: A plain re-run applies the changes it finds as an update while they touch at most this share of the nodes, or
+#: this many nodes (past that, a build costs about as much and starts the HNSW graphs without deleted slots).
+UPDATE_SHARE = 0.2
+UPDATE_MIN_NODES = 100
+
+
+def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
+                     progress: ProgressReporter) -> UpdateSummary | Literal["unchanged"] | None:
+    """The re-run of a complete index's command on changed data: the difference applied as an update
+    (``graphs.update``) where one can say it; None: build in full (no such index, other settings, a change of
+    schema or profile, or a change past UPDATE_SHARE and UPDATE_MIN_NODES)."""
+    from graphs.build import IndexConfig
+    from graphs.loaders.jsonl import load_jsonl
+    from graphs.manifest import Manifest
+    from graphs.update import update_index
+    from graphs.update.diff import diff_changes
+
+    try:
+        manifest = Manifest.read(index_dir)
+        built = IndexConfig.model_validate(manifest.extra.get("config") or {})
+    except (SKBError, ValueError):
+        return None
+    same = built.model_dump(exclude={"stage"}) == config.model_dump(exclude={"stage"})
+    if (not same or manifest.extra.get("missing") or config.stage != "all" or config.store == "neo4j"
+            or config.tune_encoder is not None or config.embedder.startswith("tuned:")):
+        return None
+    changes = diff_changes(load_jsonl(index_dir / "skb"), skb, source=f"dataset {config.dataset}")
+    if changes is None:
+        return None
+    if not changes.changes:
+        return "unchanged"
+    touched = {c.node.key for c in changes.changes if c.node is not None}
+    touched |= {end for c in changes.changes if c.edge is not None for end in (c.edge.src, c.edge.dst)}
+    if len(touched) > max(UPDATE_SHARE * len(skb.nodes), UPDATE_MIN_NODES):
+        return None
+    return update_index(index_dir, changes, progress=progress)
 
 
 def _tune_config(steps: int | None, batch: int | None, seed: int) -> TuneConfig:

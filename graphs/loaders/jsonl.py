@@ -363,6 +363,24 @@ def _encode(path_base: str, lines: Iterator[bytes], gzip: bool) -> tuple[str, by
     return (f"{path_base}.gz" if gzip else path_base), out.getvalue()
 
 
+def schema_of(skb: SKB) -> dict[str, Any]:
+    """What ``schema.json`` holds: the name, the node types and the profile (where it is not the default)."""
+    schema: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "name": skb.name,
+        "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
+    }
+    profile = getattr(skb, "profile", None)
+    if profile is not None and not is_default(profile):  # the domain profile travels with the SKB
+        schema["profile"] = profile.model_dump(mode="json")
+    return schema
+
+
+def record_line(obj: Any) -> bytes:
+    """One record as the files hold it: equal records give equal bytes, whichever loader made them."""
+    return _dumps_line(obj)
+
+
 def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:
     """Write nodes, edges and schema, each file atomically; removes a stale other-variant file.
 
@@ -382,14 +400,7 @@ def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:
                 obj["props"] = edge.props
             yield _dumps_line(obj)
 
-    schema = {
-        "format_version": FORMAT_VERSION,
-        "name": skb.name,
-        "node_types": [t.model_dump(mode="json") for t in skb.node_types.values()],
-    }
-    profile = getattr(skb, "profile", None)
-    if profile is not None and not is_default(profile):  # the domain profile travels with the SKB
-        schema["profile"] = profile.model_dump(mode="json")
+    schema = schema_of(skb)
     try:
         for base, lines in ((NODES, node_lines()), (EDGES, edge_lines())):
             fname, data = _encode(base, lines, gzip)
