@@ -82,16 +82,18 @@ class ArcadeDBChild:
         root.mkdir(parents=True, exist_ok=True)
         (root / "logging.properties").write_text(_QUIET_JUL)
         code = "import sys; from tests.store_fixtures import serve_arcadedb; serve_arcadedb(sys.argv[1:])"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(root), *databases],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
+        log = root / "arcadedb.log"  # a file, not a pipe: nobody reads the child's output while it serves
+        with log.open("w") as sink:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(root), *databases],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink, text=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()  # the child's first line: its Bolt URI, once it serves
         if not line.startswith("bolt://"):
             self.stop()
-            raise RuntimeError(f"ArcadeDB did not start: {line!r} {self._proc.stderr.read() if self._proc.stderr else ''}")
+            raise RuntimeError(f"ArcadeDB did not start: {line!r} {log.read_text(errors='replace')[-2000:]}")
         self.uri = line
 
     def stop(self) -> None:
@@ -113,6 +115,7 @@ def start_arcadedb(root: Path, databases: list[str]) -> ArcadeDBChild:
 
 def serve_arcadedb(argv: list[str]) -> None:
     """The child's side of ``ArcadeDBChild``: argv is the root directory and the databases to create."""
+    import os
     import sys
 
     import jpype
@@ -138,6 +141,7 @@ def serve_arcadedb(argv: list[str]) -> None:
     for name in databases:
         server.create_database(name)
     print(f"bolt://127.0.0.1:{bolt_port}", flush=True)
+    os.dup2(os.open(root / "arcadedb.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), 1)  # not the read pipe
     sys.stdin.read()
     server.stop()
 
