@@ -30,12 +30,13 @@ shares change, a mean moves only by the share.
 Why per-stage tolerances set from the spread: a blanket 1.75x let a 1.6-2.0x regression land. A limit only
 has to sit above what an unchanged build shows and below what a slowed one shows. From ``N`` guard runs
 of one build (``--summarise``), a stage's pin is the median of their ratios and ``d`` how far one run's
-ratio strays from it; a build slowed by ``s`` (:data:`SLOWDOWN`, 1.3) then shows at least ``s * (1 - d)``
+ratio strays from it; a build slowed by ``s`` (:data:`SLOWDOWN`, 1.5) then shows at least ``s * (1 - d)``
 times the pin, so the limit is put halfway between ``1 + d`` and ``s * (1 - d)``. That margin only exists
-while ``d < (s - 1) / (s + 1)`` (0.13 for 1.3x).
+while ``d < (s - 1) / (s + 1)``: 0.13 for 1.3x, which twenty runs met (``d`` 4.5-11 %) but a run in a faster
+state of the machine did not (expand 14 % over its pin, agent 11 %), so the limits are set for 1.5x (0.2).
 
 ``--slow STAGE=FACTOR`` makes every call of a stage use FACTOR times its own CPU (the call is timed, then
-the calling thread burns the difference): the proof that the limits catch a 1.3x slowdown of each stage.
+the calling thread burns the difference): the proof that the limits catch a 1.5x slowdown of each stage.
 
 ``python -m evals.speed_guard --out DIR`` runs it and writes ``speed_guard.json`` and ``speed_guard.md``
 (per-stage p50/p95, ratio per process, spread, pin, limit, verdict); ``--summarise RUN.json ... --out
@@ -71,11 +72,10 @@ from graphs.skb.model import SKB, Edge, Node
 #: (``evals/reports/speed-guard/``).
 #: Re-pin after a deliberate change of the workload or of the path's cost, from ``--summarise`` of ten runs.
 PINNED: dict[str, float] = {"agent": 3.01, "search": 0.292, "expand": 0.231}
-#: A stage fails when its ratio exceeds this many times its pin: set from the spread of those runs by
-#: :func:`derive_limits` (see the docstring).
-TOLERANCES: dict[str, float] = {"agent": 1.143, "search": 1.14, "expand": 1.133}
+#: A stage fails past this many times its pin: :func:`derive_limits` for SLOWDOWN (see the docstring).
+TOLERANCES: dict[str, float] = {"agent": 1.22, "search": 1.22, "expand": 1.21}
 #: The slowdown of one stage the limits are set to catch.
-SLOWDOWN = 1.3
+SLOWDOWN = 1.5
 #: The percentile of the CPU times the ratio compares (see the docstring).
 QUANTILE = 25
 #: Fresh processes measured one after another; a stage's ratio is the mean of the undisturbed ones'.

@@ -1,7 +1,7 @@
 """The speed guard (``evals.speed_guard``) passes on this build and fails on a build with any one stage slowed by
-1.3x: each stage's CPU lower quartile over a pinned reference workload's, measured interleaved in several fresh
+1.5x (SLOWDOWN): each stage's CPU lower quartile over a pinned reference workload's, measured interleaved in several fresh
 processes, against per-stage limits set from the guard's measured spread. The slowed build is this one with every
-call of a stage made to use 1.3 times its own CPU (``run_guard(slow=...)``, the mechanism ``--slow`` uses), so the
+call of a stage made to use SLOWDOWN times its own CPU (``run_guard(slow=...)``, the mechanism ``--slow`` uses), so the
 failure does not depend on how fast the machine is."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_the_guard_passes_and_reports_every_stage(report: GuardReport, tmp_path:
 
 
 def test_every_stage_slowed_by_the_slowdown_fails(report: GuardReport, index_dir: Path) -> None:
-    """Each stage's calls made to use 1.3x their CPU (all three in one run: each stage is measured against the
+    """Each stage's calls made to use SLOWDOWN times their CPU (all three in one run: each stage is measured against the
     reference on its own): every stage's ratio rises past its limit, and the guard fails."""
     slow = run_guard(index_dir, slow=dict.fromkeys(speed_guard.STAGES, SLOWDOWN))
     plain = {s.stage: s.ratio for s in report.stages}
