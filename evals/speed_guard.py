@@ -360,10 +360,10 @@ def undisturbed_base(references: Sequence[float]) -> float:
     return ordered[1] if len(ordered) > 1 else ordered[0]
 
 
-def _undisturbed(runs: Sequence[Measurement]) -> list[Measurement]:
-    """The processes whose reference ran within UNDISTURBED of ``undisturbed_base``: the machine was not slowed."""
-    base = undisturbed_base([m.reference_quantile() for m in runs])
-    return [m for m in runs if m.reference_quantile() <= UNDISTURBED * base]
+def counted(references: Sequence[float], slack: float = 0.0) -> list[bool]:
+    """Which processes count: reference within UNDISTURBED of ``undisturbed_base`` (``slack``: recorded rounding)."""
+    base = undisturbed_base(references)
+    return [ref <= UNDISTURBED * base + slack for ref in references]
 
 
 def run_guard(
@@ -381,9 +381,11 @@ def run_guard(
         raise ValueError(f"processes must be at least 1, got {processes}")
     started = time.perf_counter()
     runs: list[Measurement] = []
-    while len(runs) < processes or (len(_undisturbed(runs)) < (processes + 1) // 2 and len(runs) < 2 * processes):
+    keep: list[bool] = []
+    while len(runs) < processes or (sum(keep) < (processes + 1) // 2 and len(runs) < 2 * processes):
         runs.append(_measure_in_process(index_dir, questions, repeats, slow))
-    judged = _undisturbed(runs)
+        keep = counted([m.reference_quantile() for m in runs])
+    judged = [m for m, k in zip(runs, keep, strict=True) if k]
     wall = {name: [t for m in runs for t in m.wall[name]] for name in runs[0].wall}
     cpu = {name: [t for m in runs for t in m.cpu[name]] for name in runs[0].cpu}
     stages = []
@@ -391,8 +393,8 @@ def run_guard(
         attempts = [round(m.ratio(stage), 4) for m in runs]
         ratio = statistics.fmean(round(m.ratio(stage), 4) for m in judged)
         limit = PINNED[stage] * TOLERANCES[stage]
-        counted = [m.ratio(stage) for m in judged]
-        spread = statistics.pstdev(counted) / max(statistics.fmean(counted), 1e-9)
+        ratios = [m.ratio(stage) for m in judged]
+        spread = statistics.pstdev(ratios) / max(statistics.fmean(ratios), 1e-9)
         stages.append(StageResult(
             stage=stage, n=len(wall[stage]), p50_ms=round(statistics.median(wall[stage]), 3),
             p95_ms=round(_pct(wall[stage], 95), 3), cpu_p50_ms=round(statistics.median(cpu[stage]), 3),
@@ -404,9 +406,8 @@ def run_guard(
         reference_p50_ms=round(statistics.median(wall["reference"]), 3),
         reference_p95_ms=round(_pct(wall["reference"], 95), 3), stages=stages,
         passed=all(s.passed for s in stages), questions=questions, repeats=repeats,
-        seconds=round(time.perf_counter() - started, 1), processes=len(runs), judged=[any(m is j for j in judged) for m in runs], cpus=[m.on_cpu for m in runs],
-        reference_p25_ms=[round(m.reference_quantile(), 3) for m in runs],
-        slowed=slow, load=_load(),
+        seconds=round(time.perf_counter() - started, 1), processes=len(runs), judged=keep, cpus=[m.on_cpu for m in runs],
+        reference_p25_ms=[round(m.reference_quantile(), 3) for m in runs], slowed=slow, load=_load(),
     )
 
 
@@ -474,9 +475,8 @@ def run_ratio(report: GuardReport, stage: str) -> float:
     """A stage's ratio in a run, recomputed from its processes by today's rule (which processes count, and their
     mean): runs recorded under an earlier rule are summarised alike."""
     result = next(s for s in report.stages if s.stage == stage)
-    base = undisturbed_base(report.reference_p25_ms)
-    counted = [a for a, ref in zip(result.attempts, report.reference_p25_ms) if ref <= UNDISTURBED * base + 0.002]
-    return statistics.fmean(counted or result.attempts)
+    kept = [a for a, keep in zip(result.attempts, counted(report.reference_p25_ms, slack=0.002), strict=True) if keep]
+    return statistics.fmean(kept or result.attempts)
 
 
 def summarise(reports: Mapping[str, GuardReport], slowdown: float = SLOWDOWN) -> SpreadReport:

@@ -186,4 +186,3 @@ def ray_local() -> Iterator[Any]:
              configure_logging=False)
     yield ray
     ray.shutdown()
-
