@@ -253,7 +253,8 @@ def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
     if (not same or manifest.extra.get("missing") or config.stage != "all" or config.store == "neo4j"
             or config.tune_encoder is not None or config.embedder.startswith("tuned:")):
         return None
-    changes = diff_changes(load_jsonl(index_dir / "skb"), skb, source=f"dataset {config.dataset}")
+    indexed = load_jsonl(index_dir / "skb")
+    changes = diff_changes(indexed, skb, source=f"dataset {config.dataset}")
     if changes is None:
         return None
     if not changes.changes:
@@ -262,7 +263,7 @@ def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
     touched |= {end for c in changes.changes if c.edge is not None for end in (c.edge.src, c.edge.dst)}
     if len(touched) > max(UPDATE_SHARE * len(skb.nodes), UPDATE_MIN_NODES):
         return None
-    return update_index(index_dir, changes, progress=progress)
+    return update_index(index_dir, changes, progress=progress, read=(manifest.generation, indexed))
 
 
 def _tune_config(steps: int | None, batch: int | None, seed: int) -> TuneConfig:

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from graphs.build import BuildSummary, IndexConfig, StageProgress, build_index
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.manifest import Manifest
+from graphs.skb.model import SKB
 from graphs.update.changes import ChangeSet, apply_changes
 
 #: Change-set digests kept in the manifest (the newest last): a set applied again within them is a no-op.
@@ -106,11 +107,13 @@ def _config_of(manifest: Manifest, index_dir: Path) -> IndexConfig:
 
 
 def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress | None = None,
-                 lock_wait_s: float = LOCK_WAIT_S) -> UpdateSummary:
+                 lock_wait_s: float = LOCK_WAIT_S, read: tuple[str, SKB] | None = None) -> UpdateSummary:
     """Apply ``changes`` to the index at ``index_dir`` as a new generation (see the module's docstring).
 
-    Nothing is written when the change set does not apply (``LoaderError`` naming its lines), was applied
-    before (``status="already applied"``) or changes nothing (``"unchanged"``)."""
+    ``read``: (generation, its graph) as the caller already read them; the graph is used when the index is still
+    at that generation under the lock, and read again otherwise. Nothing is written when the change set does not
+    apply (``LoaderError`` naming its lines), was applied before (``status="already applied"``) or changes
+    nothing (``"unchanged"``)."""
     from graphs.loaders.jsonl import load_jsonl
     from graphs.update.hnsw_patch import PatchEngine
 
@@ -127,7 +130,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
                                 "parent": manifest.generation, "generation": manifest.generation}
         if changes.sha256 in history:
             return UpdateSummary(status="already applied", **base)
-        skb = load_jsonl(index_dir / "skb")
+        skb = read[1] if read is not None and read[0] == manifest.generation else load_jsonl(index_dir / "skb")
         timings["load"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         changed, report = apply_changes(skb, changes)
