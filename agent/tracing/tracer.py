@@ -226,9 +226,14 @@ class LocalTracer(BaseTracer):
         return super().on_llm_end(response, run_id=run_id, **kwargs)
 
     def _on_run_create(self, run: Run) -> None:
+        if len(self.order_map) > MAX_OPEN_RUNS:  # runs that never ended (a cancelled task) must not pile up
+            self.order_map = {rid: order for rid, order in self.order_map.items() if str(rid) in self.run_map}
         self._write(run, status="running")
 
     def _on_run_update(self, run: Run) -> None:
+        # LangChain's tracer keeps every run's (trace id, dotted order) for its children to find and never lets go:
+        # about 1 kB a run, without bound in a server. A run's children have started by the time it ends.
+        self.order_map.pop(run.id, None)
         usage = self._usage.pop(str(run.id), None)
         if usage is not None and is_llm_call(run.extra):
             self._count_stage(run, usage)

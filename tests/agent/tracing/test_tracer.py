@@ -237,6 +237,17 @@ def test_tool_error_is_recorded_with_status_and_message(tmp_path: Path) -> None:
     assert failed and failed[0].status == "error" and "ValueError" in (failed[0].error or "")
 
 
+def test_a_long_lived_tracer_keeps_nothing_of_the_runs_that_ended(agent_graph: Any, tmp_path: Path) -> None:
+    """A server's tracer sees every question it answers: what it holds per run must go when the run ends."""
+    tracer = LocalTracer(tmp_path / "t.sqlite")
+    for _ in range(3):
+        agent_graph.invoke({"question": QUESTION}, {"callbacks": [tracer]})
+    tracer.flush()
+    traces = tracer.store.list_traces(limit=10)
+    assert len(traces) == 3 and all(len(list(tracer.store.get_tree(t.id).walk())) == t.runs > 3 for t in traces)
+    assert tracer.order_map == {} and tracer.run_map == {} and not tracer._inputs_text and not tracer._usage
+
+
 def test_concurrent_questions_share_one_tracer(agent_graph: Any, tmp_path: Path) -> None:
     tracer = LocalTracer(tmp_path / "t.sqlite")
     questions = [QUESTION, "Which genes are associated with Marfan syndrome?", "What causes dural ectasia?"] * 2
