@@ -23,14 +23,16 @@ from typing import Any
 from graphs.build import default_cache_dir
 
 
-def change_lines(index_dir: Path, nodes: int, seed: int = 0) -> list[dict[str, Any]]:
-    """The change set (as JSON-ready lines) for ``nodes`` changed nodes of the index's graph."""
+def change_lines(index_dir: Path, nodes: int, seed: int = 0,
+                 counts: tuple[int, int, int] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The change set (as JSON-ready lines) for ``nodes`` changed nodes of the index's graph; ``counts``: (edited,
+    deleted, added) nodes instead of 60 / 20 / 20 % of ``nodes``."""
     from graphs.loaders.jsonl import load_jsonl
 
     skb = load_jsonl(index_dir / "skb")
     rng = random.Random(seed)
     keys = sorted(skb.nodes)
-    edits, deletes, adds = round(nodes * 0.6), round(nodes * 0.2), nodes - round(nodes * 0.6) - round(nodes * 0.2)
+    edits, deletes, adds = counts or (round(nodes * 0.6), round(nodes * 0.2), nodes - round(nodes * 0.6) - round(nodes * 0.2))
     picked = rng.sample(keys, edits + deletes)
     lines: list[dict[str, Any]] = []
     for key in picked[:edits]:

@@ -1,0 +1,136 @@
+"""An updated index against a rebuild of the same changed data: the same answers on a benchmark.
+
+Why: an update patches the parent generation's parts (HNSW slots, phrase entries, the graph's files) instead of
+building them; what a user must be able to rely on is that the result answers as a full build of the changed data
+would. This copies a complete index (its embedding cache too: the rebuild then embeds only what changed, as the
+update does), applies a change set drawn from its own graph (``--edit`` of the nodes get a revised text, ``--delete``
+are deleted with their edges, ``--add`` new nodes with three edges each: ``update_timing.change_lines``), builds the
+changed graph afresh with the index's own settings, and runs the benchmark's methods on both.
+
+Per method it reports Hit@1 (and the other metrics) on each side and their difference, and the share of questions
+whose top-20 keys are identical; bm25 is exact on both sides, so its top-20 must be identical everywhere.
+
+    python -m evals.studies.update_equivalence --index .skb/hpo --bench ../shared/bench/hpo_cases_dev_answerable.csv \\
+        --work /tmp/eq-hpo --method agent --method bm25 --method hybrid --out evals/reports/updates/equal_hpo.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from evals.runner import RESULTS_FILE, QuestionResult, method_dir_name, read_results
+from evals.studies.update_timing import change_lines
+from graphs.build import IndexConfig, build_index, default_cache_dir
+
+
+def _evaluate(bench: Path, index_dir: Path, methods: list[str], out: Path) -> dict[str, list[QuestionResult]]:
+    cmd = [sys.executable, "-m", "evals.cli", "run", "--bench", str(bench), "--index-dir", str(index_dir), "--out",
+           str(out), "-q"] + [arg for m in methods for arg in ("--method", m)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"evaluating {index_dir} failed (exit {done.returncode}): {done.stderr[-1500:]}")
+    return {m: read_results(out / method_dir_name(m) / RESULTS_FILE) for m in methods}
+
+
+def _compare(a: list[QuestionResult], b: list[QuestionResult]) -> dict[str, Any]:
+    by_id = {r.id: r for r in b}
+    pairs = [(r, by_id[r.id]) for r in a if r.id in by_id]
+    metrics = sorted(set(pairs[0][0].metrics)) if pairs else []
+    out: dict[str, Any] = {"questions": len(pairs)}
+    for name in metrics:
+        ua = statistics.fmean(x.metrics.get(name, 0.0) for x, _ in pairs)
+        ub = statistics.fmean(y.metrics.get(name, 0.0) for _, y in pairs)
+        out[name] = {"updated": round(ua, 4), "rebuilt": round(ub, 4), "difference": round(ua - ub, 4)}
+    cells: dict[str, list[tuple[float, float]]] = {}
+    for x, y in pairs:  # a cell: the questions of one style (MetaQA: 1-, 2-, 3-hop)
+        cells.setdefault(x.style or "all", []).append((x.metrics.get("hit@1", 0.0), y.metrics.get("hit@1", 0.0)))
+    out["hit@1_by_cell"] = {c: [round(statistics.fmean(u for u, _ in v), 4), round(statistics.fmean(r for _, r in v), 4)]
+                            for c, v in sorted(cells.items())}  # fmt: skip
+    out["largest_cell_difference"] = round(max(abs(u - r) for u, r in out["hit@1_by_cell"].values()), 4) if cells else None
+    same = [x.ranked_keys[:20] == y.ranked_keys[:20] for x, y in pairs]
+    out["top20_identical"] = round(statistics.fmean(same), 4) if same else None
+    out["first_different"] = next((x.id for (x, _), s in zip(pairs, same, strict=True) if not s), None)
+    return out
+
+
+def _spread_sample(bench: Path, n: int, out: Path) -> Path:
+    """Every k-th question of the CSV, ``n`` in all: a benchmark ordered by kind (MetaQA: by hops) keeps its mix."""
+    with bench.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    header, body = rows[0], rows[1:]
+    step = max(1, len(body) // n)
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([header, *body[::step][:n]])
+    return out
+
+
+def run(index: Path, bench: Path, work: Path, methods: list[str], shares: tuple[float, float, float],
+        seed: int, sample: int | None = None) -> dict[str, Any]:  # fmt: skip
+    from graphs.loaders.jsonl import load_jsonl
+    from graphs.manifest import Manifest
+    from graphs.update import read_changes, update_index
+
+    if work.exists():
+        shutil.rmtree(work)
+    updated, rebuilt = work / "updated", work / "rebuilt"
+    shutil.copytree(index, updated, ignore=shutil.ignore_patterns("traces.sqlite*"))
+    cache = default_cache_dir(index)
+    if cache.is_dir():
+        shutil.copytree(cache, default_cache_dir(updated))
+    nodes = len(load_jsonl(updated / "skb").nodes)
+    counts = tuple(round(share * nodes) for share in shares)
+    lines = change_lines(updated, sum(counts), seed, counts=counts)  # type: ignore[arg-type]
+    changes = work / "changes.jsonl"
+    changes.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    started = time.perf_counter()
+    summary = update_index(updated, read_changes(changes))
+    update_s = time.perf_counter() - started
+    config = IndexConfig.model_validate(Manifest.read(updated).extra["config"])
+    started = time.perf_counter()
+    build_index(load_jsonl(updated / "skb"), rebuilt, config)
+    rebuild_s = time.perf_counter() - started
+    if sample:
+        bench = _spread_sample(bench, sample, work / "bench.csv")
+    results = {side: _evaluate(bench, work / side, methods, work / f"runs-{side}") for side in ("updated", "rebuilt")}
+    return {
+        "index": str(index), "bench": str(bench), "nodes": nodes, "edited_deleted_added": list(counts),
+        "changed_nodes": summary.changed_nodes, "deleted_nodes": summary.deleted_nodes, "hnsw": summary.hnsw,
+        "update_s": round(update_s, 1), "rebuild_s": round(rebuild_s, 1), "questions_from": str(bench),
+        "methods": {m: _compare(results["updated"][m], results["rebuilt"][m]) for m in methods},
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--index", type=Path, required=True, help="a complete index (copied, never written)")
+    parser.add_argument("--bench", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True, help="work directory (emptied first)")
+    parser.add_argument("--method", action="append", default=None)
+    parser.add_argument("--edit", type=float, default=0.01)
+    parser.add_argument("--delete", type=float, default=0.005)
+    parser.add_argument("--add", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample", type=int, default=None, help="evaluate every k-th question, this many in all")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    result = run(args.index, args.bench, args.work, args.method or ["agent", "bm25", "hybrid"],
+                 (args.edit, args.delete, args.add), args.seed, args.sample)  # fmt: skip
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
