@@ -20,9 +20,9 @@ argument, and given a boolean ``full`` it set it to true and read 1,500 tokens i
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import BaseTool, BaseToolkit, StructuredTool
@@ -61,6 +61,7 @@ DEFAULT_TOOLS = ("semantic_search", "search_nodes", "cypher")
 ASK_RECURSION_LIMIT = 200
 #: Times a question is asked again when a rebuild was swapped in while it ran (a rebuild takes minutes).
 RELOAD_RETRIES = 2
+T = TypeVar("T")
 
 
 #: Longest question ``ask`` takes (characters): the tool's and `skb serve`'s /ask limit.
@@ -144,8 +145,36 @@ class SKBToolkit(BundleOwner, BaseToolkit):
             tool = by_name[name]  # made fresh by make_tools: ours to edit
             if self.include_ask:
                 tool.description = FOLLOW_UP_PREFIX + tool.description
+            func = getattr(tool, "func", None)
+            if func is not None:  # each call on one build: a server answers calls while rebuilds are swapped in
+                tool.func = self._on_one_build_of(func)  # type: ignore[attr-defined]
             tools.append(tool)
         return tools
+
+    def _on_one_build_of(self, func: Callable[..., T]) -> Callable[..., T]:
+        """``func`` run on one build of the index, pinned (`IndexBundle.pinned`); run again on the new build when
+        another caller followed a rebuild meanwhile, whatever the first run returned or raised.
+
+        Why: a tool reads several parts (vectors, the graph, the store); unpinned, a call that a rebuild overtook
+        read some from each build (a key found by one and looked up in the other) or queried a store connection
+        the reload had closed."""
+
+        def call(*args: Any, **kwargs: Any) -> T:
+            for attempt in range(RELOAD_RETRIES + 1):
+                reloads = getattr(self.bundle, "reloads", 0)
+                last = attempt == RELOAD_RETRIES
+                try:
+                    with self.bundle.pinned():
+                        out = func(*args, **kwargs)
+                except Exception:
+                    if last or getattr(self.bundle, "reloads", 0) == reloads:
+                        raise
+                    continue
+                if last or getattr(self.bundle, "reloads", 0) == reloads:
+                    return out
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return call
 
     def ask_tool(self) -> BaseTool:
         """The whole agent as one tool: compact text for the model (`agent.serving.answers`), the full

@@ -49,3 +49,55 @@ def test_a_question_that_raced_a_rebuild_is_asked_again_on_the_new_build(hpo_min
         expected = ask(QUESTION, bundle=bundle, config=AgentConfig(k=5))
         assert [c.key for c in result.context] == [c.key for c in expected.context]
         assert '"top_answer"' in text
+
+
+def _without(skb: Any, gone: str) -> Any:
+    from graphs.skb.model import SKB
+
+    out = SKB(skb.name, skb.node_types.values())
+    out.profile = skb.profile
+    for key, node in skb.nodes.items():
+        if key != gone:
+            out.add_node(node)
+    for edge in skb.edges:
+        if gone not in (edge.src, edge.dst):
+            out.add_edge(edge)
+    return out
+
+
+def test_a_retrieval_tool_call_that_raced_a_rebuild_runs_again_on_the_new_build(hpo_mini_skb: Any,
+                                                                                 tmp_path: Path) -> None:
+    """The toolkit's own tools (what an MCP client calls) read the vectors, then the graph: a rebuild that deletes the
+    top hit, swapped in between and followed by another thread, must not leave the call reading the old vectors'
+    keys in the new graph. The call runs again on the new build and answers from it alone."""
+    index_dir = tmp_path / "index"
+    build_index(hpo_mini_skb, index_dir, IndexConfig(dataset="hpo"))
+
+    def hits(tool: Any) -> list[str]:
+        message = tool.invoke({"type": "tool_call", "id": "1", "name": tool.name,
+                               "args": {"text": "Marfan syndrome", "k": 5}})  # fmt: skip
+        return [hit.key for hit in message.artifact.hits]
+
+    with IndexBundle.open(index_dir) as bundle:
+        tool = next(t for t in SKBToolkit(bundle).get_tools() if t.name == "semantic_search")
+        before = hits(tool)
+        gone = before[0]
+        searched = {"calls": 0}
+        first_hnsw = bundle.hnsw
+        plain_search = first_hnsw.search
+
+        def search_then_rebuild(*args: Any, **kwargs: Any) -> Any:
+            found = plain_search(*args, **kwargs)
+            searched["calls"] += 1
+            if searched["calls"] == 1:  # the old build's hits are in hand: swap in a build without the top one
+                build_index(_without(hpo_mini_skb, gone), index_dir, IndexConfig(dataset="hpo"))
+                follower = threading.Thread(target=lambda: bundle.manifest)
+                follower.start()
+                follower.join()
+            return found
+
+        first_hnsw.search = search_then_rebuild  # type: ignore[method-assign]
+        after = hits(tool)
+        assert searched["calls"] == 1 and bundle.reloads == 1
+        assert gone not in after and gone not in bundle.skb.nodes
+        assert after == hits(tool)  # what a call on the new build alone returns
