@@ -32,6 +32,7 @@ from graphs.bundle_load import (
 )
 from graphs.bundle_source import SourceWatch, live_source
 from graphs.errors import ConfigError, IndexNotFoundError, StageMissingError
+from graphs.heap import give_back_freed_memory
 from graphs.loaders import DATASETS
 from graphs.skb.model import SKB, GraphSchema, Node
 
@@ -205,6 +206,7 @@ class IndexBundle:
         if self.reloads != before:
             del parts
             gc.collect()
+            give_back_freed_memory()
         return fresh
 
     def _reload(self, seen: _Parts | None) -> _Parts:

@@ -5,10 +5,17 @@ tracks. A list is tracked for as long as it lives; a tuple of strings and number
 first collection that sees it. The key and label tables of the SKB, of the indexes, of the lexicon and of
 the scoring models grow with the graph: at 1M nodes they held ~9 M list elements, and a full collection
 (one every few questions that parse thousands of rows) paused a question for 141 ms instead of ~55 ms.
+
+And memory a replaced build let go of, handed back to the system: glibc keeps freed blocks in per-thread arenas,
+so a server whose threads load and drop one build after another grew by megabytes per update with nothing of the
+old builds alive (``give_back_freed_memory``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import sys
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -34,3 +41,22 @@ def _untracked(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _untracked(v) for key, v in value.items()}
     return value
+
+
+def give_back_freed_memory() -> bool:
+    """Return the C heap's free blocks to the system (glibc's ``malloc_trim``); False where there is none.
+
+    Why: after a server drops a replaced build (tens to hundreds of MB of arrays and objects), glibc keeps the
+    freed blocks in whichever threads' arenas allocated them; the next build is allocated elsewhere, and the
+    process's resident memory climbs with every update although nothing of the old builds is alive. Measured on
+    an MCP server under eight clients: one ``malloc_trim`` gave back 30 of the 50 MB it had grown over ten
+    updates. Once per replaced build; a few milliseconds."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(trim(0))

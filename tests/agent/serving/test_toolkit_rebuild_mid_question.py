@@ -7,8 +7,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 
+import graphs.bundle as bundle_module
 from agent.api import ask
 from agent.config import AgentConfig
 from agent.serving.toolkit import SKBToolkit
@@ -65,11 +67,15 @@ def _without(skb: Any, gone: str) -> Any:
     return out
 
 
-def test_a_retrieval_tool_call_that_raced_a_rebuild_runs_again_on_the_new_build(hpo_mini_skb: Any,
-                                                                                 tmp_path: Path) -> None:
+def test_a_retrieval_tool_call_that_raced_a_rebuild_runs_again_on_the_new_build(
+    hpo_mini_skb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The toolkit's own tools (what an MCP client calls) read the vectors, then the graph: a rebuild that deletes the
     top hit, swapped in between and followed by another thread, must not leave the call reading the old vectors'
-    keys in the new graph. The call runs again on the new build and answers from it alone."""
+    keys in the new graph. The call runs again on the new build and answers from it alone; the memory the old build
+    held goes back to the system once."""
+    given_back: list[bool] = []
+    monkeypatch.setattr(bundle_module, "give_back_freed_memory", lambda: given_back.append(True) or True)
     index_dir = tmp_path / "index"
     build_index(hpo_mini_skb, index_dir, IndexConfig(dataset="hpo"))
 
@@ -98,6 +104,6 @@ def test_a_retrieval_tool_call_that_raced_a_rebuild_runs_again_on_the_new_build(
 
         first_hnsw.search = search_then_rebuild  # type: ignore[method-assign]
         after = hits(tool)
-        assert searched["calls"] == 1 and bundle.reloads == 1
+        assert searched["calls"] == 1 and bundle.reloads == 1 and given_back == [True]
         assert gone not in after and gone not in bundle.skb.nodes
         assert after == hits(tool)  # what a call on the new build alone returns
