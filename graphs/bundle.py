@@ -173,6 +173,16 @@ class IndexBundle:
         finally:
             _PINNED.reset(token)
 
+    def replaced(self) -> bool:
+        """Whether the build this caller reads (the pinned one inside ``pinned()``) is no longer the one on disk.
+
+        Why: a rebuild or update swaps the new build in and then stops the old build's graph server, so a call
+        still reading the old one can fail on a closed connection before any caller has followed the swap; a
+        server runs such a call again rather than return that failure."""
+        held = _PINNED.get()
+        parts = (held or {}).get(id(self)) or self._parts
+        return parts is None or _manifest_stamp(self.index_dir) != parts.stamp
+
     def _current(self) -> _Parts:
         held = _PINNED.get()
         if held is not None:

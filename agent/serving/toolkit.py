@@ -153,24 +153,32 @@ class SKBToolkit(BundleOwner, BaseToolkit):
 
     def _on_one_build_of(self, func: Callable[..., T]) -> Callable[..., T]:
         """``func`` run on one build of the index, pinned (`IndexBundle.pinned`); run again on the new build when
-        another caller followed a rebuild meanwhile, whatever the first run returned or raised.
+        the build was replaced meanwhile (another caller followed it, or it is no longer the one on disk), whatever
+        the first run returned or raised.
 
         Why: a tool reads several parts (vectors, the graph, the store); unpinned, a call that a rebuild overtook
         read some from each build (a key found by one and looked up in the other) or queried a store connection
         the reload had closed."""
 
+        def overtaken(reloads: int) -> bool:  # inside the pin: the pinned build against the one on disk
+            replaced = getattr(self.bundle, "replaced", None)
+            return getattr(self.bundle, "reloads", 0) != reloads or (replaced is not None and replaced())
+
         def call(*args: Any, **kwargs: Any) -> T:
             for attempt in range(RELOAD_RETRIES + 1):
                 reloads = getattr(self.bundle, "reloads", 0)
                 last = attempt == RELOAD_RETRIES
-                try:
-                    with self.bundle.pinned():
+                with self.bundle.pinned():
+                    try:
                         out = func(*args, **kwargs)
-                except Exception:
-                    if last or getattr(self.bundle, "reloads", 0) == reloads:
-                        raise
-                    continue
-                if last or getattr(self.bundle, "reloads", 0) == reloads:
+                    except Exception:
+                        # the pinned build was replaced under the run (IndexMismatchError, a closed store
+                        # connection, however a layer wrapped it)
+                        if last or not overtaken(reloads):
+                            raise
+                        continue
+                    again = not last and overtaken(reloads)
+                if not again:
                     return out
             raise AssertionError("unreachable")  # pragma: no cover
 
@@ -226,19 +234,8 @@ class SKBToolkit(BundleOwner, BaseToolkit):
         a server following rebuilds neither fails the question nor answers it from two builds."""
         if settings:
             self._config().with_overrides(settings, runtime_keys=False)  # every name a setting: a typo is an error
-        for attempt in range(RELOAD_RETRIES + 1):
-            reloads = getattr(self.bundle, "reloads", 0)
-            last = attempt == RELOAD_RETRIES
-            try:
-                with self.bundle.pinned():
-                    result, linked = self._run(question, k=k, k_prime=k_prime, settings=settings)
-                    if last or getattr(self.bundle, "reloads", 0) == reloads:
-                        return self._text(result, linked, k, detail), result
-            except Exception:
-                # the pinned build was replaced under the run (IndexMismatchError, however a layer wrapped it)
-                if last or getattr(self.bundle, "reloads", 0) == reloads:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        result, linked = self._on_one_build_of(self._run)(question, k=k, k_prime=k_prime, settings=settings)
+        return self._text(result, linked, k, detail), result
 
     def _text(self, result: AgentResult, linked: list[dict[str, Any]], k: int | None, detail: str) -> str:
         from agent.serving.answers import compact_answers, full_context
