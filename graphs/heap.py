@@ -65,4 +65,4 @@ def _malloc_trim() -> Callable[[int], int] | None:
     except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim  # type: ignore[no-any-return]
+    return trim
