@@ -78,6 +78,17 @@ class CachedEmbedder:
     def _shards(self) -> list[Path]:
         return sorted(self.root.glob("shard-*.npz")) if self.root.is_dir() else []
 
+    @staticmethod
+    def _read_shard(shard: Path) -> tuple[list[bytes], np.ndarray] | None:
+        """(digests, vectors) of one shard; None when it is gone (a concurrent compaction) or damaged: it is only
+        a cache."""
+        try:
+            with np.load(shard, allow_pickle=False) as data:
+                keys, vecs = data["keys"].tolist(), np.asarray(data["vectors"], dtype=np.float32)
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        return (keys, vecs) if vecs.ndim == 2 and len(keys) == len(vecs) else None
+
     def _load(self) -> None:
         if self._index is not None:
             return
@@ -85,15 +96,11 @@ class CachedEmbedder:
         vectors: list[np.ndarray] = []
         rows = 0
         for shard in self._shards():
-            try:
-                with np.load(shard, allow_pickle=False) as data:
-                    keys = data["keys"]
-                    vecs = np.asarray(data["vectors"], dtype=np.float32)
-            except (OSError, ValueError, KeyError, EOFError):
-                continue  # removed by a concurrent compaction, or damaged: it is only a cache
-            if vecs.ndim != 2 or len(keys) != len(vecs) or (vectors and vecs.shape[1] != vectors[0].shape[1]):
+            read = self._read_shard(shard)
+            if read is None or (vectors and read[1].shape[1] != vectors[0].shape[1]):
                 continue
-            for i, key in enumerate(keys.tolist()):
+            keys, vecs = read
+            for i, key in enumerate(keys):
                 if key not in index:
                     index[key] = rows + i
             vectors.append(vecs)
@@ -137,13 +144,9 @@ class CachedEmbedder:
                 return
             merged: dict[bytes, np.ndarray] = {}
             for shard in small:
-                try:
-                    with np.load(shard, allow_pickle=False) as data:
-                        keys, vecs = data["keys"].tolist(), np.asarray(data["vectors"], dtype=np.float32)
-                except (OSError, ValueError, KeyError, EOFError):
-                    continue
-                if vecs.ndim == 2 and len(keys) == len(vecs):
-                    merged.update(zip(keys, vecs))
+                read = self._read_shard(shard)
+                if read is not None:
+                    merged.update(zip(*read))
             if merged:
                 self._write_shard(list(merged), np.stack(list(merged.values())))
             for shard in small:
