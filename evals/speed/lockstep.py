@@ -111,9 +111,8 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for stream in (self.proc.stdout,):
-            if stream is not None:
-                stream.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self._err.close()
 
 

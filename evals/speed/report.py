@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from evals.speed.lockstep import Arm, PairMeasurement
+
 
 class ArmResult(BaseModel):
     arm: str
@@ -63,8 +65,8 @@ def _pct(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values), q)), 3)
 
 
-def stage_result(stage: str, pairs: Sequence[Any], arms: Sequence[Any], tolerance: float) -> StageResult:
-    """One stage's result over pairs of processes (``lockstep.PairMeasurement``) for arms (``lockstep.Arm``)."""
+def stage_result(stage: str, pairs: Sequence[PairMeasurement], arms: Sequence[Arm], tolerance: float) -> StageResult:
+    """One stage's result over pairs of processes for arms."""
     results = []
     for arm in arms:
         if arm.name == "base":
