@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evals.speed.baseline import BaselineError, checkout, repo_root, resolve
+from evals.speed.baseline import BaselineError, checkout, repo_root
 from evals.speed.lockstep import STAGES, Arm, PairMeasurement, build_side, measure_pair, measuring_cpu
 from evals.speed.report import GuardReport, markdown, spread_markdown, stage_result, summarise, write_report
 from evals.speed.workload import graph_document, guard_questions, guard_skb
@@ -75,9 +75,8 @@ def baseline_tree(rev: str = BASELINE, directory: Path | None = None) -> Iterato
             raise BaselineError(f"--baseline-dir {directory} is not a checkout of this project (no graphs/ in it)")
         yield str(directory), directory
         return
-    commit = resolve(rev, repo_root())
-    with checkout(commit) as tree:
-        yield commit, tree
+    with checkout(rev) as found:
+        yield found
 
 
 def run_guard(

@@ -51,9 +51,9 @@ def resolve(rev: str, repo: Path) -> str:
 
 
 @contextmanager
-def checkout(rev: str, repo: Path | None = None) -> Iterator[Path]:
-    """The project's packages at commit `rev`, extracted into a temporary directory for the block (``git archive``:
-    nothing in the repository, its worktrees or its index changes)."""
+def checkout(rev: str, repo: Path | None = None) -> Iterator[tuple[str, Path]]:
+    """(the commit id of `rev`, the project's packages at it extracted into a temporary directory) for the block
+    (``git archive``: nothing in the repository, its worktrees or its index changes)."""
     repo = repo or repo_root()
     commit = resolve(rev, repo)
     done = _git(repo, "archive", "--format=tar", commit, *PACKAGES)
@@ -62,4 +62,4 @@ def checkout(rev: str, repo: Path | None = None) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="skb-speed-baseline-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
             archive.extractall(tmp, filter="data")
-        yield Path(tmp)
+        yield commit, Path(tmp)

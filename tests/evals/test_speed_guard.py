@@ -68,7 +68,8 @@ def test_the_baseline_is_checked_out_without_touching_the_repository() -> None:
     status = ["git", "-C", str(repo_root()), "status", "--porcelain", "--untracked-files=no"]
     worktrees = ["git", "-C", str(repo_root()), "worktree", "list", "--porcelain"]
     before = [subprocess.run(c, capture_output=True, text=True, check=True).stdout for c in (status, worktrees)]
-    with checkout(speed_guard.BASELINE) as tree:
+    with checkout(speed_guard.BASELINE) as (commit, tree):
+        assert commit == resolve(speed_guard.BASELINE, repo_root())
         assert (tree / "graphs" / "bundle.py").is_file() and (tree / "agent" / "api.py").is_file()
         assert not (tree / "evals").exists() and not (tree / "tests").exists()
         kept = tree
