@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from evals.runner import RESULTS_FILE, QuestionResult, method_dir_name, read_results
-from evals.studies.update_timing import change_lines
-from graphs.build import IndexConfig, build_index, default_cache_dir
+from evals.studies.update_timing import change_lines, copy_index
+from graphs.build import IndexConfig, build_index
 
 
 def _evaluate(bench: Path, index_dir: Path, methods: list[str], out: Path) -> dict[str, list[QuestionResult]]:
@@ -82,10 +82,7 @@ def run(index: Path, bench: Path, work: Path, methods: list[str], shares: tuple[
     if work.exists():
         shutil.rmtree(work)
     updated, rebuilt = work / "updated", work / "rebuilt"
-    shutil.copytree(index, updated, ignore=shutil.ignore_patterns("traces.sqlite*"))
-    cache = default_cache_dir(index)
-    if cache.is_dir():
-        shutil.copytree(cache, default_cache_dir(updated))
+    copy_index(index, updated)
     nodes = len(load_jsonl(updated / "skb").nodes)
     counts = tuple(round(share * nodes) for share in shares)
     lines = change_lines(updated, sum(counts), seed, counts=counts)  # type: ignore[arg-type]

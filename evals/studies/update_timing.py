@@ -23,6 +23,15 @@ from typing import Any
 from graphs.build import default_cache_dir
 
 
+def copy_index(index: Path, to: Path) -> None:
+    """A copy of a built index at ``to`` with its embedding cache beside it (so an update or a rebuild there embeds
+    only what changed, as on the original), without its trace database."""
+    shutil.copytree(index, to, ignore=shutil.ignore_patterns("traces.sqlite*"))
+    cache = default_cache_dir(index)
+    if cache.is_dir():
+        shutil.copytree(cache, default_cache_dir(to))
+
+
 def change_lines(index_dir: Path, nodes: int, seed: int = 0,
                  counts: tuple[int, int, int] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The change set (as JSON-ready lines) for ``nodes`` changed nodes of the index's graph; ``counts``: (edited,
@@ -74,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.copy.exists():
         shutil.rmtree(args.copy)
     index = args.copy / "index"
-    shutil.copytree(args.index, index, ignore=shutil.ignore_patterns("traces.sqlite*"))
-    cache = default_cache_dir(args.index)
-    if cache.is_dir():
-        shutil.copytree(cache, default_cache_dir(index))
+    copy_index(args.index, index)
     changes = args.copy / "changes.jsonl"
     changes.write_text("".join(json.dumps(line) + "\n" for line in change_lines(index, args.nodes, args.seed)))
     load = os.getloadavg()
