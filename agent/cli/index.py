@@ -238,20 +238,19 @@ def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
     """The re-run of a complete index's command on changed data: the difference applied as an update
     (``graphs.update``) where one can say it; None: build in full (no such index, other settings, a change of
     schema or profile, or a change past UPDATE_SHARE and UPDATE_MIN_NODES)."""
-    from graphs.build import IndexConfig
     from graphs.loaders.jsonl import load_jsonl
     from graphs.manifest import Manifest
     from graphs.update import update_index
+    from graphs.update.apply import config_for_update
     from graphs.update.diff import diff_changes
 
     try:
         manifest = Manifest.read(index_dir)
-        built = IndexConfig.model_validate(manifest.extra.get("config") or {})
+        built = config_for_update(manifest, index_dir)  # refuses what an update cannot follow (Neo4j, tuned)
     except (SKBError, ValueError):
         return None
     same = built.model_dump(exclude={"stage"}) == config.model_dump(exclude={"stage"})
-    if (not same or manifest.extra.get("missing") or config.stage != "all" or config.store == "neo4j"
-            or config.tune_encoder is not None or config.embedder.startswith("tuned:")):
+    if not same or manifest.extra.get("missing") or config.stage != "all" or config.embedder.startswith("tuned:"):
         return None
     indexed = load_jsonl(index_dir / "skb")
     changes = diff_changes(indexed, skb, source=f"dataset {config.dataset}")

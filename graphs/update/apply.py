@@ -87,7 +87,7 @@ def update_lock(index_dir: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _config_of(manifest: Manifest, index_dir: Path) -> IndexConfig:
+def config_for_update(manifest: Manifest, index_dir: Path) -> IndexConfig:
     """The parent's build settings, which the new generation keeps; refuses indexes a change set cannot follow."""
     raw = manifest.extra.get("config")
     if not isinstance(raw, dict):
@@ -124,7 +124,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         t0 = time.perf_counter()
         manifest = Manifest.read(index_dir)  # under the lock: the generation the change applies to
         manifest.verify(index_dir)
-        config = _config_of(manifest, index_dir)
+        config = config_for_update(manifest, index_dir)
         history = [str(d) for d in manifest.extra.get("applied_changes") or []]
         base: dict[str, Any] = {"index_dir": str(index_dir), "changes_sha256": changes.sha256,
                                 "parent": manifest.generation, "generation": manifest.generation}
