@@ -167,7 +167,11 @@ def index_command(
             with ProgressReporter(quiet=quiet) as progress:
                 skb, config.source = read_source(source, progress=lambda d, t: progress("read", d, t))
                 load_s = time.perf_counter() - t0
-                summary = _build(skb, index_dir, config, progress, engine_options)
+                updated = None if force or engine != "local" else _update_in_place(skb, index_dir, config, progress)
+                summary = _updated_or_built(updated, skb, index_dir, config, progress, engine_options, console)
+                if summary is None:
+                    _write_fingerprint(index_dir, fingerprint)
+                    return
         else:
             # the stage is not part of the inputs: a complete index serves a `--stage core` request as well
             fingerprint = _fingerprint(dataset, data, config)
@@ -183,17 +187,10 @@ def index_command(
                 progress("load", 1, 1)
                 load_s = time.perf_counter() - t0
                 updated = None if force or engine != "local" else _update_in_place(skb, index_dir, config, progress)
-                if updated == "unchanged":
+                summary = _updated_or_built(updated, skb, index_dir, config, progress, engine_options, console)
+                if summary is None:
                     _write_fingerprint(index_dir, fingerprint)
-                    print_text(console, f"index at {index_dir} is up to date: the data read again holds the same "
-                                        "graph (use --force to rebuild)")
                     return
-                if updated is not None and updated.build is not None:
-                    summary = updated.build
-                    print_text(console, f"applied the changes found in the data as an update ({updated.changed_nodes} "
-                                        f"changed and {updated.deleted_nodes} deleted nodes; --force rebuilds)")
-                else:
-                    summary = _build(skb, index_dir, config, progress, engine_options)
         summary.timings_s = {"load": round(load_s, 3), **summary.timings_s}
         _write_fingerprint(index_dir, fingerprint)
     except SKBError as exc:
@@ -227,6 +224,22 @@ def _build(skb: SKB, index_dir: Path, config: IndexConfig, progress: ProgressRep
         runner.close()
 
 
+def _updated_or_built(updated: UpdateSummary | Literal["unchanged"] | None, skb: SKB, index_dir: Path,
+                      config: IndexConfig, progress: ProgressReporter, engine: dict[str, Any],
+                      console: Any) -> BuildSummary | None:
+    """The summary of the update a re-run applied, or of a full build where it applied none; None: the data read
+    again holds the index's graph (nothing to do)."""
+    if updated == "unchanged":
+        print_text(console, f"index at {index_dir} is up to date: the data read again holds the same graph (use "
+                            "--force to rebuild)")
+        return None
+    if updated is not None and updated.build is not None:
+        print_text(console, f"applied the changes found in the data as an update ({updated.changed_nodes} changed "
+                            f"and {updated.deleted_nodes} deleted nodes; --force rebuilds)")
+        return updated.build
+    return _build(skb, index_dir, config, progress, engine)
+
+
 #: A plain re-run applies the changes it finds as an update while they touch at most this share of the nodes, or
 #: this many nodes (past that, a build costs about as much and starts the HNSW graphs without deleted slots).
 UPDATE_SHARE = 0.2
@@ -246,7 +259,8 @@ def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
 
     try:
         manifest = Manifest.read(index_dir)
-        built = config_for_update(manifest, index_dir)  # refuses what an update cannot follow (Neo4j, tuned)
+        # refuses what an update cannot follow (a Neo4j store, a tuned encoder, another live database)
+        built = config_for_update(manifest, index_dir, live_source=config.source)
     except (SKBError, ValueError):
         return None
     same = built.model_dump(exclude={"stage"}) == config.model_dump(exclude={"stage"})
@@ -257,12 +271,14 @@ def _update_in_place(skb: SKB, index_dir: Path, config: IndexConfig,
     if changes is None:
         return None
     if not changes.changes:
-        return "unchanged"
+        # a live database that holds the same graph in a new state (written, then written back) is recorded anew
+        return "unchanged" if manifest.extra["config"].get("source") == config.source else None
     touched = {c.node.key for c in changes.changes if c.node is not None}
     touched |= {end for c in changes.changes if c.edge is not None for end in (c.edge.src, c.edge.dst)}
     if len(touched) > max(UPDATE_SHARE * len(skb.nodes), UPDATE_MIN_NODES):
         return None
-    return update_index(index_dir, changes, progress=progress, read=(manifest.generation, indexed))
+    return update_index(index_dir, changes, progress=progress, read=(manifest.generation, indexed),
+                        live_source=config.source)
 
 
 def _tune_config(steps: int | None, batch: int | None, seed: int) -> TuneConfig:

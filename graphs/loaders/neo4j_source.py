@@ -55,6 +55,8 @@ class Neo4jSource(BaseModel):
     batch_size: int = Field(default=DEFAULT_BATCH, ge=1, le=1_000_000)
 
     def rebuild_command(self, index_dir: Path | str) -> str:
+        """The command that built the index: run again, it applies what changed in the database (``--force``
+        rebuilds in full)."""
         parts = ["skb index --dataset neo4j", f"--uri {self.uri}"]
         if self.database:
             parts.append(f"--database {self.database}")
@@ -64,7 +66,7 @@ class Neo4jSource(BaseModel):
             parts.append(f"--text-properties {','.join(self.text_properties)}")
         if self.schema_file:
             parts.append(f"--profile {self.schema_file}")
-        parts.append(f"--index-dir {index_dir} --force")
+        parts.append(f"--index-dir {index_dir}")
         return " ".join(parts)
 
 
@@ -361,8 +363,8 @@ def check_fresh(store: Neo4jStore, source: Neo4jSource, recorded: SourceState, i
     if changes:
         raise IndexMismatchError(
             f"the index at {index_dir} is stale: the database at {source.uri} changed since the build "
-            f"({'; '.join(changes[:8])}{' ...' if len(changes) > 8 else ''}); rebuild it with "
-            f"`{source.rebuild_command(index_dir)}` (NEO4J_PASSWORD in the environment)"
+            f"({'; '.join(changes[:8])}{' ...' if len(changes) > 8 else ''}); bring it up to date with "
+            f"`{source.rebuild_command(index_dir)}` (NEO4J_PASSWORD in the environment), which applies what changed"
         )
 
 

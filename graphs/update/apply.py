@@ -87,17 +87,32 @@ def update_lock(index_dir: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def config_for_update(manifest: Manifest, index_dir: Path) -> IndexConfig:
-    """The parent's build settings, which the new generation keeps; refuses indexes a change set cannot follow."""
+def config_for_update(manifest: Manifest, index_dir: Path, *,
+                      live_source: dict[str, Any] | None = None) -> IndexConfig:
+    """The parent's build settings, which the new generation keeps; refuses indexes a change set cannot follow.
+
+    ``live_source``: the record of a live database read again (``read_source``) for an index built from it. Its
+    changes are the difference of the two reads, and the new generation records the state read now; without it,
+    such an index is refused: a change set of its own would make the index disagree with the database."""
     raw = manifest.extra.get("config")
     if not isinstance(raw, dict):
         raise IndexCorruptError(f"the manifest of {index_dir} records no build settings; rebuild the index with "
                                 "`skb index` once, then apply change sets to it")
     config = IndexConfig.model_validate(raw)
     if config.source is not None:
-        raise ConfigError(f"the index at {index_dir} serves a live Neo4j database in place; change the database "
-                          "and run the same `skb index` command again instead of --update")
-    if config.store == "neo4j":
+        if live_source is None:
+            raise ConfigError(f"the index at {index_dir} serves a live Neo4j database in place; change the database "
+                              "and run the same `skb index` command again instead of --update")
+        if live_source.get("source") != config.source.get("source"):
+            was = config.source.get("source") or {}
+            raise ConfigError(f"the index at {index_dir} was built from another database or selection (at "
+                              f"{was.get('uri')}, database {was.get('database')}); run the command with --force to "
+                              "build it from this one")
+        config = config.model_copy(update={"source": live_source})
+    elif live_source is not None:
+        raise ConfigError(f"the index at {index_dir} was not built from a live database; run `skb index --force` "
+                          "to build it from one")
+    elif config.store == "neo4j":
         raise ConfigError(f"the index at {index_dir} keeps its graph in a Neo4j server, which an update does not "
                           "write; rebuild it with `skb index` on the changed data")
     if config.tune_encoder is not None:
@@ -107,11 +122,14 @@ def config_for_update(manifest: Manifest, index_dir: Path) -> IndexConfig:
 
 
 def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress | None = None,
-                 lock_wait_s: float = LOCK_WAIT_S, read: tuple[str, SKB] | None = None) -> UpdateSummary:
+                 lock_wait_s: float = LOCK_WAIT_S, read: tuple[str, SKB] | None = None,
+                 live_source: dict[str, Any] | None = None) -> UpdateSummary:
     """Apply ``changes`` to the index at ``index_dir`` as a new generation (see the module's docstring).
 
     ``read``: (generation, its graph) as the caller already read them; the graph is used when the index is still
-    at that generation under the lock, and read again otherwise. Nothing is written when the change set does not
+    at that generation under the lock, and read again otherwise. ``live_source``: for an index built from a live
+    database, the record of the read the changes came from (``config_for_update``); the database itself is the
+    graph store and is never written. Nothing is written when the change set does not
     apply (``LoaderError`` naming its lines), was applied before (``status="already applied"``) or changes
     nothing (``"unchanged"``)."""
     from graphs.loaders.jsonl import load_jsonl
@@ -124,7 +142,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         t0 = time.perf_counter()
         manifest = Manifest.read(index_dir)  # under the lock: the generation the change applies to
         manifest.verify(index_dir)
-        config = config_for_update(manifest, index_dir)
+        config = config_for_update(manifest, index_dir, live_source=live_source)
         history = [str(d) for d in manifest.extra.get("applied_changes") or []]
         base: dict[str, Any] = {"index_dir": str(index_dir), "changes_sha256": changes.sha256,
                                 "parent": manifest.generation, "generation": manifest.generation}

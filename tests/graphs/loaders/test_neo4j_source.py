@@ -3,7 +3,8 @@
 The test plays the user: it puts a graph into "their" database with its own tooling (Neo4jStore.load,
 as any import script would), then runs `skb index --dataset neo4j` and `skb ask` against it and
 checks that (1) the answers are those of the same graph built from JSON lines, (2) nothing was written
-to the database, (3) a change to the database is reported as stale with the rebuild command.
+to the database, (3) a change to the database is reported as stale with the command that brings the index up to date, and
+(4) that command, run again, applies the database's changes as an update equal to a rebuild.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from typer.testing import CliRunner
 from agent.cli.main import app
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
-from graphs.errors import IndexMismatchError, LoaderError
+from graphs.errors import ConfigError, IndexMismatchError, LoaderError
 from graphs.loaders import load_dataset
 from graphs.loaders.jsonl import write_jsonl
 from graphs.loaders.neo4j_source import Neo4jSource, read_neo4j
+from graphs.manifest import Manifest
 from graphs.skb.model import SKB, Edge, Node
 from graphs.store.neo4j_store import Neo4jStore
+from graphs.update.apply import config_for_update
 from tests.paths import REPO
 from tests.store_fixtures import ARCADEDB_PASSWORD, start_arcadedb
 
@@ -35,6 +38,7 @@ METAQA = REPO / "tests" / "fixtures" / "metaqa_mini" / "kb.txt"
 USER_DB = "userdb"
 MOVIES_DB = "movies"
 OTHER_DB = "otherdb"
+LIVE_DB = "livedb"
 runner = CliRunner()
 QUESTIONS = [
     "Which genes are associated with Marfan syndrome?",
@@ -68,7 +72,7 @@ def snapshot(store: Neo4jStore) -> tuple[list[Any], list[Any]]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     pytest.importorskip("arcadedb_embedded")
-    srv = start_arcadedb(tmp_path_factory.mktemp("arcadedb_source"), [USER_DB, OTHER_DB, MOVIES_DB])
+    srv = start_arcadedb(tmp_path_factory.mktemp("arcadedb_source"), [USER_DB, OTHER_DB, MOVIES_DB, LIVE_DB])
     try:
         yield srv, srv.uri
     finally:
@@ -185,7 +189,8 @@ def test_a_changed_database_is_reported_stale_with_the_rebuild_command(
         assert result.exit_code == 2
         text = " ".join(result.output.split())
         assert "is stale" in text and "Gene nodes" in text
-        assert f"skb index --dataset neo4j --uri {server[1]} --database {USER_DB}" in text and "--force" in text
+        assert f"skb index --dataset neo4j --uri {server[1]} --database {USER_DB}" in text
+        assert "--force" not in text and "applies what changed" in text  # the same command, run again
         with IndexBundle.open(neo4j_index) as bundle, pytest.raises(IndexMismatchError, match="stale"):
             _ = bundle.store
     finally:
@@ -289,3 +294,72 @@ def test_an_index_of_some_labels_serves_a_database_holding_more(
         assert result.exit_code == 0, result.output
         answer = json.loads(result.stdout)
         assert answer["context"] and {item["label"] for item in answer["context"]} <= {"Disease", "Gene"}
+
+
+def _keys(index_dir: Path, question: str) -> list[str]:
+    result = runner.invoke(app, ["ask", question, "--index-dir", str(index_dir), "--json", "--no-trace"])
+    assert result.exit_code == 0, result.output
+    return [item["key"] for item in json.loads(result.stdout)["context"]]
+
+
+def test_the_same_command_run_again_applies_the_databases_changes_as_an_update(
+    server: tuple[Any, str], graph: SKB, jsonl_index: tuple[Path, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user edits, deletes and adds in their own database; the build command run again reads it, applies
+    only the difference (a new generation whose parent is the last), records the state it read (so the index is
+    fresh, not stale) and answers as a full rebuild of the changed database does. Nothing is written to it."""
+    monkeypatch.setenv("NEO4J_PASSWORD", ARCADEDB_PASSWORD)
+    for name in ("NEO4J_URI", "NEO4J_USER", "NEO4J_USERNAME", "NEO4J_DATABASE"):
+        monkeypatch.delenv(name, raising=False)
+    live = Neo4jStore(server[1], "root", ARCADEDB_PASSWORD, LIVE_DB, timeout_s=30)
+    live.load(graph)
+    index_dir = tmp_path / "live"
+    argv = ["index", "--dataset", "neo4j", "--uri", server[1], "--user", "root", "--database", LIVE_DB,
+            "--index-dir", str(index_dir), "--profile", str(jsonl_index[0] / "schema.json"), "--quiet"]
+    assert runner.invoke(app, argv).exit_code == 0
+    first = json.loads((index_dir / "manifest.json").read_text())["generation"]
+    genes = sorted(k for k, n in graph.nodes.items() if n.label == "Gene")
+    edited, deleted = genes[0], genes[1]
+    assert deleted in {k for e in graph.edges for k in (e.src, e.dst)}  # its relationships go with it
+    disease = next(k for k, n in graph.nodes.items() if n.label == "Disease")
+    live._write("MATCH (n:Gene {key: $k}) SET n.name = 'QUIXOTASE'", {"k": edited})  # the user's own writes
+    live._write("MATCH (n:Gene {key: $k}) DETACH DELETE n", {"k": deleted})
+    live._write("CREATE (n:Gene {key: 'ZEPHYRIN', name: 'ZEPHYRIN'})")
+    live._write("MATCH (g:Gene {key: 'ZEPHYRIN'}), (d:Disease {key: $d}) CREATE (g)-[:ASSOCIATED_WITH]->(d)",
+                {"d": disease})
+    before = snapshot(live)
+
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "applied the changes found in the data as an update" in text, text
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    assert manifest["extra"]["update"]["parent"] == first and manifest["generation"] != first
+    applied = manifest["extra"]["update"]["applied"]
+    assert applied["node deleted"] == 1 and applied["node added"] == 1 and applied["node replaced"] == 1
+    with IndexBundle.open(index_dir) as bundle:
+        bundle.check_source(max_age_s=0, wait=True)  # the state read now is recorded: fresh
+        assert bundle.skb.nodes[edited].props["name"] == "QUIXOTASE" and deleted not in bundle.skb.nodes
+        assert "ZEPHYRIN" in bundle.skb.nodes
+    assert snapshot(live) == before  # read, never written
+    again = runner.invoke(app, argv)
+    assert again.exit_code == 0 and "up to date" in " ".join(again.output.split())
+    changes = tmp_path / "changes.jsonl"  # a change set of its own would part the index from the database
+    changes.write_text(json.dumps({"op": "delete", "node": {"key": edited}}) + "\n")
+    refused = runner.invoke(app, ["index", "--update", str(changes), "--index-dir", str(index_dir)])
+    assert refused.exit_code == 2 and "serves a live Neo4j database in place" in " ".join(refused.output.split())
+    record = manifest["extra"]["config"]["source"]
+    other = {**record, "source": {**record["source"], "database": OTHER_DB}}
+    with pytest.raises(ConfigError, match="built from another database"):
+        config_for_update(Manifest.read(index_dir), index_dir, live_source=other)
+
+    rebuilt = tmp_path / "rebuilt"
+    assert runner.invoke(app, [*argv[:argv.index("--index-dir") + 1], str(rebuilt), *argv[argv.index("--profile"):],
+                               "--force"]).exit_code == 0
+    for question in [*QUESTIONS, "Which disease is associated with ZEPHYRIN?", "QUIXOTASE"]:
+        keys = _keys(index_dir, question)
+        assert keys[:20] == _keys(rebuilt, question)[:20], question
+        assert deleted not in keys
+    assert "ZEPHYRIN" in _keys(index_dir, "ZEPHYRIN")[:5] and edited in _keys(index_dir, "QUIXOTASE")[:5]
+    live.close()
