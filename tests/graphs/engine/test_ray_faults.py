@@ -133,3 +133,37 @@ def test_a_worker_that_dies_on_every_try_fails_the_build_clearly_and_leaves_the_
         assert _answers(index, questions) == answers
     finally:
         served.close()
+
+
+def test_an_embedding_actor_killed_mid_batch_is_replaced_and_every_vector_comes_back(
+    ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The actor pool's side of a fault: an embedding actor dies on its first batch (SIGKILL); Ray Data starts
+    another and retries the batch, and the vectors equal those embedded in one process, each in its text's row."""
+    import numpy as np
+
+    from graphs.embedding.embedder import embed_all, get_embedder
+    from graphs.engine import ray_engine
+    from graphs.engine.local import EmbedderSpec
+
+    marker = tmp_path / "actor-died"
+
+    class DyingActor(ray_engine._EmbedActor):  # defined here, so Ray ships it (and the marker) by value
+        def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            try:
+                os.close(os.open(f"{marker}.0", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return super().__call__(batch)
+            os.kill(os.getpid(), signal.SIGKILL)
+            raise AssertionError("unreachable")
+
+    monkeypatch.setattr(ray_engine, "_EmbedActor", DyingActor)
+    texts = [f"node {i} of the graph, text {i * 7 % 13}" for i in range(1_300)]  # past two batches: the pool runs
+    embedder = get_embedder("hash:64")
+    engine = ray_engine.RayEngine()
+    try:
+        vectors = engine.embed(embedder, EmbedderSpec("hash:64"), texts, chunk=512, progress=None)
+    finally:
+        engine.close()
+    assert _deaths(marker) == 1
+    assert np.allclose(vectors, embed_all(embedder, texts), atol=1e-6)
