@@ -43,8 +43,9 @@ _SPLIT_WORDS = frozenset({"and", "or", "with", "plus", "as", "well", "also", "in
 
 
 def _fold(text: str) -> str:
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    if not text.isascii():  # ASCII has nothing to decompose or strip (most names: a per-character pass saved)
+        text = unicodedata.normalize("NFKD", text)
+        text = "".join(ch for ch in text if not unicodedata.combining(ch))
     return text.lower().replace("'s ", " ").replace("\u2019s ", " ")
 
 
