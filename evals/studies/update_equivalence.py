@@ -20,46 +20,14 @@ import argparse
 import csv
 import json
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from evals.runner import RESULTS_FILE, QuestionResult, method_dir_name, read_results
+from evals.studies.same_answers import compare, evaluate
 from evals.studies.update_timing import change_lines, copy_index
 from graphs.build import IndexConfig, build_index
-
-
-def _evaluate(bench: Path, index_dir: Path, methods: list[str], out: Path) -> dict[str, list[QuestionResult]]:
-    cmd = [sys.executable, "-m", "evals.cli", "run", "--bench", str(bench), "--index-dir", str(index_dir), "--out",
-           str(out), "-q"] + [arg for m in methods for arg in ("--method", m)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=7200, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"evaluating {index_dir} failed (exit {done.returncode}): {done.stderr[-1500:]}")
-    return {m: read_results(out / method_dir_name(m) / RESULTS_FILE) for m in methods}
-
-
-def _compare(a: list[QuestionResult], b: list[QuestionResult]) -> dict[str, Any]:
-    by_id = {r.id: r for r in b}
-    pairs = [(r, by_id[r.id]) for r in a if r.id in by_id]
-    metrics = sorted(set(pairs[0][0].metrics)) if pairs else []
-    out: dict[str, Any] = {"questions": len(pairs)}
-    for name in metrics:
-        ua = statistics.fmean(x.metrics.get(name, 0.0) for x, _ in pairs)
-        ub = statistics.fmean(y.metrics.get(name, 0.0) for _, y in pairs)
-        out[name] = {"updated": round(ua, 4), "rebuilt": round(ub, 4), "difference": round(ua - ub, 4)}
-    cells: dict[str, list[tuple[float, float]]] = {}
-    for x, y in pairs:  # a cell: the questions of one style (MetaQA: 1-, 2-, 3-hop)
-        cells.setdefault(x.style or "all", []).append((x.metrics.get("hit@1", 0.0), y.metrics.get("hit@1", 0.0)))
-    out["hit@1_by_cell"] = {c: [round(statistics.fmean(u for u, _ in v), 4), round(statistics.fmean(r for _, r in v), 4)]
-                            for c, v in sorted(cells.items())}  # fmt: skip
-    out["largest_cell_difference"] = round(max(abs(u - r) for u, r in out["hit@1_by_cell"].values()), 4) if cells else None
-    same = [x.ranked_keys[:20] == y.ranked_keys[:20] for x, y in pairs]
-    out["top20_identical"] = round(statistics.fmean(same), 4) if same else None
-    out["first_different"] = next((x.id for (x, _), s in zip(pairs, same, strict=True) if not s), None)
-    return out
 
 
 def _spread_sample(bench: Path, n: int, out: Path) -> Path:
@@ -97,12 +65,12 @@ def run(index: Path, bench: Path, work: Path, methods: list[str], shares: tuple[
     rebuild_s = time.perf_counter() - started
     if sample:
         bench = _spread_sample(bench, sample, work / "bench.csv")
-    results = {side: _evaluate(bench, work / side, methods, work / f"runs-{side}") for side in ("updated", "rebuilt")}
+    results = {side: evaluate(bench, work / side, methods, work / f"runs-{side}") for side in ("updated", "rebuilt")}
     return {
         "index": str(index), "bench": str(bench), "nodes": nodes, "edited_deleted_added": list(counts),
         "changed_nodes": summary.changed_nodes, "deleted_nodes": summary.deleted_nodes, "hnsw": summary.hnsw,
         "update_s": round(update_s, 1), "rebuild_s": round(rebuild_s, 1), "questions_from": str(bench),
-        "methods": {m: _compare(results["updated"][m], results["rebuilt"][m]) for m in methods},
+        "methods": {m: compare(results["updated"][m], results["rebuilt"][m], ("updated", "rebuilt")) for m in methods},
     }  # fmt: skip
 
 
