@@ -46,7 +46,7 @@ def make_semantic_search(bundle: IndexBundle, *, budget_tokens: int = DEFAULT_BU
             result = SemanticHits(provenance=ToolProvenance(tool=NAME, step=step, query=truncate(query, 500)), note=NO_VECTORS)
             return tool_output(result, budget_tokens)
         vector = embed_query(bundle, text)
-        hits = bundle.hnsw.search(vector, k, label=label)
+        hits = bundle.hnsw.search(vector, k, label=label, per_label=True)  # the nearest nodes, not one walk's
         rows = []
         for key, score in hits:
             node = bundle.skb.nodes.get(key)

@@ -523,7 +523,7 @@ class EntityLinker:
         """
         try:
             vec = np.asarray(self.bundle.embedder.embed_query(mention), dtype=np.float32)
-            hits = self.bundle.hnsw.search(vec, self.embedding_candidates)
+            hits = self.bundle.hnsw.search(vec, self.embedding_candidates, per_label=True)  # the nearest names
         except Exception:  # noqa: BLE001 - linking degrades to exact/fuzzy without an embedder
             return []
         cands = [k for k, _ in hits if k in self.skb.nodes and self.skb.nodes[k].label not in exclude]

@@ -239,3 +239,32 @@ def test_odd_label_names_get_safe_file_names(tmp_path: Path) -> None:
     assert len(files) == 6  # global + 3 labels + ids.json + vectors.npy, none overwriting another
     loaded = HNSWIndex.load(tmp_path / "h", checksums=files)
     assert {k for k, _ in loaded.search(vecs[0], 5, label="Gene/Protein")} == {"k0", "k1"}
+
+
+def test_a_search_per_label_is_the_merge_of_the_label_graphs(
+    data: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked to (``per_label``), a search without a label asks each label (its graph, or exact search for a label
+    under the cutoff, as "Rare" here) and merges by similarity up to MERGE_LABELS_UP_TO labels; past it, and by
+    default, it walks the global graph."""
+    import graphs.index.hnsw as hnsw_module
+
+    index = data["index"]
+    assert isinstance(index, HNSWIndex)
+    queries = np.asarray(data["queries"])[:40]
+    per_label = [index.search_batch(queries, K, label=label) for label in ("Even", "Odd", "Rare")]
+    merged = index.search_batch(queries, K, per_label=True)
+    assert [index.search(q, K, per_label=True) for q in queries[:3]] == merged[:3]
+    ids, _ = index.graph(None).knn_query(queries, k=K)
+    walked = [[index.keys[int(i)] for i in row] for row in ids]
+    assert [[k for k, _ in hits] for hits in index.search_batch(queries, K)] == walked  # the default: one walk
+    for i, hits in enumerate(merged):
+        union = sorted((h for p in per_label for h in p[i]), key=lambda h: (-h[1], h[0]))[:K]
+        assert hits == union
+    assert {label_of(k) for hits in merged for k, _ in hits} == {"Even", "Odd", "Rare"}
+
+    vectors = np.asarray(data["vectors"])
+    exact = [[k for k, _ in brute_force(vectors, list(index.keys), q, K)] for q in queries]
+    assert np.mean([len({k for k, _ in g} & set(e)) / K for g, e in zip(merged, exact, strict=True)]) >= 0.97
+    monkeypatch.setattr(hnsw_module, "MERGE_LABELS_UP_TO", 2)  # three labels: the global graph answers
+    assert [[k for k, _ in hits] for hits in index.search_batch(queries, K, per_label=True)] == walked
