@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from evals.studies.output import emit
 
 K = 20
 
@@ -101,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result = run(args.index_dir, args.bench, args.n, args.global_ef or [128, 256, 512], args.label_ef or [64, 128])
-    text = json.dumps(result, indent=2)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, args.out)
     return 0
 
 

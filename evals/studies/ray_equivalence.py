@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.studies.output import emit
 from evals.studies.same_answers import compare, evaluate
 
 K = 20
@@ -138,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args.dataset, args.data, args.bench, args.ids, args.work, args.method or ["agent", "bm25", "hybrid"],
                  args.cache, args.embedder, args.queries, args.seed)  # fmt: skip
-    text = json.dumps(result, indent=2)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, args.out)
     return 0
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evals.studies.output import emit
 from evals.studies.same_answers import compare, evaluate
 from evals.studies.update_timing import change_lines, copy_index
 from graphs.build import IndexConfig, build_index
@@ -89,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run(args.index, args.bench, args.work, args.method or ["agent", "bm25", "hybrid"],
                  (args.edit, args.delete, args.add), args.seed, args.sample)  # fmt: skip
-    text = json.dumps(result, indent=2)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, args.out)
     return 0
 
 
