@@ -361,5 +361,9 @@ def test_the_same_command_run_again_applies_the_databases_changes_as_an_update(
         keys = _keys(index_dir, question)
         assert keys[:20] == _keys(rebuilt, question)[:20], question
         assert deleted not in keys
-    assert "ZEPHYRIN" in _keys(index_dir, "ZEPHYRIN")[:5] and edited in _keys(index_dir, "QUIXOTASE")[:5]
+    with IndexBundle.open(index_dir, store="none") as bundle:  # the new and the edited text are indexed
+        assert [h.key for h in bundle.search("ZEPHYRIN", mode="bm25", k=1)] == ["ZEPHYRIN"]
+        assert [h.key for h in bundle.search("QUIXOTASE", mode="bm25", k=1)] == [edited]
+        assert "ZEPHYRIN" in [h.key for h in bundle.search("ZEPHYRIN", mode="vss", k=3, label="Gene")]
+        assert disease in bundle.skb.neighbor_keys("ZEPHYRIN", "ASSOCIATED_WITH")
     live.close()
