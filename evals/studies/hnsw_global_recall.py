@@ -35,9 +35,20 @@ def _spread(bench: Path, n: int) -> list[str]:
     return questions[:: max(1, len(questions) // n)][:n]
 
 
+def exact_top(queries: np.ndarray, vectors: np.ndarray, keys: list[str]) -> list[list[str]]:
+    """Each query's exact top-K keys over ``vectors`` (rows of ``keys``), nearest first."""
+    order = np.argsort(-(queries @ vectors.T), axis=1)[:, :K]
+    return [[keys[i] for i in row] for row in order.tolist()]
+
+
+def recall(got: list[list[tuple[str, float]]], truth: list[set[str]]) -> float:
+    """Mean share of each query's ``truth`` (K keys) that ``got`` holds."""
+    return float(np.mean([len({k for k, _ in g} & t) / K for g, t in zip(got, truth, strict=True)]))
+
+
 def _score(got: list[list[tuple[str, float]]], exact: list[set[str]], first: list[str]) -> dict[str, float]:
     return {
-        "recall@20": round(float(np.mean([len({k for k, _ in g} & e) / K for g, e in zip(got, exact, strict=True)])), 4),
+        "recall@20": round(recall(got, exact), 4),
         "nearest_found": round(float(np.mean([f in {k for k, _ in g} for g, f in zip(got, first, strict=True)])), 4),
     }
 
@@ -52,9 +63,8 @@ def run(index_dir: Path, bench: Path, n: int, global_efs: list[int], label_efs: 
         queries = np.stack([bundle.embedder.embed_query(q) for q in questions]).astype(np.float32)
         keys = list(hnsw.keys)
         vectors = np.asarray(hnsw.vectors(keys), dtype=np.float32)
-        order = np.argsort(-(queries @ vectors.T), axis=1)[:, :K]
-        exact = [{keys[i] for i in row} for row in order.tolist()]
-        first = [keys[row[0]] for row in order.tolist()]
+        top = exact_top(queries, vectors, keys)
+        exact, first = [set(row) for row in top], [row[0] for row in top]
         labels = hnsw.label_names()
         if hnsw.sharded:
             raise SystemExit(f"{index_dir} is sharded; this study compares one global graph with the label graphs")

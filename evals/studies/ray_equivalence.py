@@ -31,10 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from evals.studies.hnsw_global_recall import K, exact_top, recall
 from evals.studies.output import emit
 from evals.studies.same_answers import compare, evaluate
-
-K = 20
 
 
 def _bench_of(bench: Path, ids: Path | None, out: Path) -> Path:
@@ -83,12 +82,7 @@ def shard_recall(index_dir: Path, queries: int, seed: int) -> dict[str, Any]:
         picked = random.Random(seed).sample(keys, min(queries, len(keys)))
         q = np.stack([bundle.embedder.embed_query(bundle.skb.node_text(k)) for k in picked]).astype(np.float32)
         a, b = sharded.search_batch(q, K), one.search_batch(q, K)
-        exact_order = np.argsort(-(q @ vectors.T), axis=1)[:, :K]
-        exact = [{keys[i] for i in row} for row in exact_order.tolist()]
-
-        def recall(got: list[list[tuple[str, float]]], truth: list[set[str]]) -> float:
-            return float(np.mean([len({k for k, _ in g} & t) / K for g, t in zip(got, truth, strict=True)]))
-
+        exact = [set(row) for row in exact_top(q, vectors, keys)]
         return {
             "queries": len(picked), "shards": len(sharded.shard_ranges), "nodes": len(keys),
             "sharded_vs_one_graph": round(recall(a, [{k for k, _ in r} for r in b]), 4),

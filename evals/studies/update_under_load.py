@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.studies.mcp_flood import _free_port, _wait_for_port, rss_mb
+from evals.studies.output import emit
 from evals.studies.scale.generate import generate
 from graphs.loaders.jsonl import load_jsonl, write_jsonl
 from graphs.skb.model import SKB, Edge, Node
@@ -192,11 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="skb-update-load-") as tmp:
         result = run(args.nodes, args.clients, args.rounds, args.seed, Path(tmp), args.control)
-    text = json.dumps(result, indent=2)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, args.out)
     return 0 if result["errors"] == 0 and result["half_applied"] == 0 else 1
 
 

@@ -62,8 +62,8 @@ _SAFE_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Below this many vectors an exact scan is cheaper and exact; hnswlib can also fail to
 #: return k results from tiny graphs.
 _EXACT_BELOW = 64
-#: An unrestricted search merges the label graphs' answers up to this many labels (each label is one more search:
-#: about twice the global graph's time at 8 labels), and walks the global graph past it.
+#: A ``per_label`` search merges the label graphs' answers up to this many labels (each label is one more search:
+#: 2.8x the global graph's time at 8 labels), and walks the global graph past it.
 MERGE_LABELS_UP_TO = 16
 
 
@@ -294,8 +294,8 @@ class HNSWIndex:
         return out
 
     def _merges_labels(self) -> bool:
-        """Whether an unrestricted search is the merge of the label graphs' (see the module docstring): more than
-        one label, at most MERGE_LABELS_UP_TO, and every row in a label that has its graph."""
+        """Whether a ``per_label`` search can be the merge of the label graphs' (see the module docstring): more
+        than one label, at most MERGE_LABELS_UP_TO, and every row in a label that has its graph."""
         names = self._label_src.keys()
         return (1 < len(names) <= MERGE_LABELS_UP_TO
                 and sum(len(self._label_ids.get(name, ())) for name in names) == len(self.keys))
