@@ -397,8 +397,10 @@ def build_index(
         if config.store == "falkordb":
             from graphs.store.falkordb_store import FalkorDBStore
 
-            with FalkorDBStore(tmp / "falkordb") as store:
-                store.load(skb, progress=lambda d, t: report("store", d, t))
+            patch_store = getattr(engine, "graph_store", None)  # graphs.update: the parent's graph, patched
+            if patch_store is None or not patch_store(skb, tmp / "falkordb", progress=lambda d, t: report("store", d, t)):
+                with FalkorDBStore(tmp / "falkordb") as store:
+                    store.load(skb, progress=lambda d, t: report("store", d, t))
             # recorded after the server stopped: the dump is final (load() saved it; an unchanged graph is not re-saved)
             data_files[GRAPH_FILE] = FileDigest.of(tmp / GRAPH_FILE)
         elif config.store == "neo4j" and config.source is not None:

@@ -164,13 +164,15 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         }
         shards = len(manifest.extra.get("hnsw_shards") or []) or 1
         t0 = time.perf_counter()
-        engine = PatchEngine(index_dir, report.changed_nodes | report.deleted_nodes, shards=shards)
+        engine = PatchEngine(index_dir, report.changed_nodes | report.deleted_nodes, shards=shards, parent_skb=skb,
+                             changed_edges=report.changed_edges)
         build = build_index(changed, index_dir, config, progress=progress, engine=engine,  # type: ignore[arg-type]
                             lineage=lineage)
         timings["build"] = time.perf_counter() - t0
         generation = Manifest.read(index_dir).generation
     patched = engine.report
-    hnsw: dict[str, int | bool] = {"patched": patched is not None, "phrases_patched": engine.phrases_patched}
+    hnsw: dict[str, int | bool] = {"patched": patched is not None, "phrases_patched": engine.phrases_patched,
+                                   "store_patched": engine.store_patched}
     if patched is not None:
         hnsw |= {"written": sum(patched.written.values()), "marked_deleted": sum(patched.deleted.values()),
                  "graphs_rebuilt": len(patched.rebuilt)}

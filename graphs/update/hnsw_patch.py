@@ -141,11 +141,18 @@ class PatchEngine:
 
     name = "local"
 
-    def __init__(self, parent: Path, changed: Collection[str], shards: int = 1) -> None:
-        """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted."""
+    def __init__(self, parent: Path, changed: Collection[str], shards: int = 1, parent_skb: SKB | None = None,
+                 changed_edges: Collection[tuple[str, str, str]] = ()) -> None:
+        """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted;
+        ``parent_skb`` and ``changed_edges`` (src, rel, dst upserted or deleted): for patching the parent's graph
+        store (without the parent's graph it is loaded)."""
         from graphs.engine import LocalEngine
 
         self.local = LocalEngine(shards=shards)
+        self.parent_dir = parent
+        self.parent_skb = parent_skb
+        self.changed_edges = changed_edges
+        self.store_patched = False
         self.parent_hnsw = parent / "hnsw"
         self.parent_phrases = parent / "phrases"
         self.changed = changed
@@ -161,6 +168,17 @@ class PatchEngine:
         patched = patch_phrases(self.parent_phrases, skb, self.changed, embedder, batch=batch, progress=progress)
         self.phrases_patched = patched is not None
         return patched if patched is not None else build_phrase_index(skb, embedder, batch=batch, progress=progress)
+
+    def graph_store(self, skb: SKB, data_dir: Path, *, progress: Callable[[int, int], None] | None = None) -> bool:
+        """The store stage of ``graphs.build``: the parent's FalkorDB dump patched (``patch_store``); False: load it."""
+        from graphs.manifest import GRAPH_FILE
+        from graphs.update.store_patch import patch_store
+
+        if self.parent_skb is None:
+            return False
+        self.store_patched = patch_store(self.parent_dir / GRAPH_FILE, data_dir, self.parent_skb, skb, self.changed,
+                                         self.changed_edges, progress=progress)
+        return self.store_patched
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)
