@@ -23,7 +23,8 @@ annotation relation lives in ``agent.scoring.hierarchy``, the model and its scor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
@@ -49,6 +50,7 @@ __all__ = [
     "MAX_MEAN_ANCESTORS",
     "Annotation",
     "AnnotationModel",
+    "GraphArrays",
     "Hierarchy",
     "LinkMatrix",
     "build_model",
@@ -61,25 +63,68 @@ __all__ = [
 ]
 
 
+@dataclass
+class GraphArrays:
+    """An SKB's node labels and edges as arrays, and its annotation edges' weights, computed once for every
+    model built from it.
+
+    Why: each model reads the same arrays (a Python pass over every node and edge) and, where the profile
+    weights annotations by an edge property, the weight of every edge of its relation; an index stores several
+    models over a few relations (one relation read from both ends gives two models)."""
+
+    keys: Sequence[str]
+    labels: list[str]
+    node_label: np.ndarray
+    rels: list[str]
+    rel_ids: np.ndarray
+    src_ids: np.ndarray
+    dst_ids: np.ndarray
+    _of_rel: dict[str, np.ndarray] = field(default_factory=dict)
+    _weights: dict[tuple[str, str, float], np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, skb: SKB) -> GraphArrays:
+        # from the SKB's arrays (node order, edge order): the same matrices as a pass over the Node and Edge
+        # objects, without building a million of them at a million nodes (seconds, and kept alive)
+        labels, node_label = skb.label_ids()
+        rels, rel_ids, src_ids, dst_ids = skb.edge_arrays()
+        return cls(skb.node_keys(), labels, np.asarray(node_label), rels, np.asarray(rel_ids), np.asarray(src_ids),
+                   np.asarray(dst_ids))
+
+    def edges_of(self, rel: str) -> np.ndarray:
+        """The ids of ``rel``'s edges, in edge order."""
+        if rel not in self._of_rel:
+            self._of_rel[rel] = (np.flatnonzero(self.rel_ids == self.rels.index(rel)) if rel in self.rels
+                                 else np.zeros(0, dtype=np.int64))
+        return self._of_rel[rel]
+
+    def weights(self, skb: SKB, rel: str, prop: str, floor: float) -> np.ndarray:
+        """``edge_weight`` of each of ``rel``'s edges (in ``edges_of`` order), read from the edge records once."""
+        key = (rel, prop, floor)
+        if key not in self._weights:
+            edges, ids = skb.edges, self.edges_of(rel)
+            self._weights[key] = np.fromiter((edge_weight(edges[i].props, floor, prop) for i in ids.tolist()),
+                                             dtype=np.float32, count=len(ids))
+        return self._weights[key]
+
+
 def build_model(
     skb: SKB,
     annotation: Annotation,
     hierarchy: Hierarchy | None,
     *,
     weight_floor: float = 0.0,
+    arrays: GraphArrays | None = None,
 ) -> AnnotationModel:
     """Build the matrices; IC is computed over targets that have at least one annotation.
 
-    The edge-weight property and the default scoring weights come from the SKB's domain profile.
+    The edge-weight property and the default scoring weights come from the SKB's domain profile. ``arrays``:
+    the SKB's (``GraphArrays.of(skb)``), shared by the models built from one SKB.
     """
     scoring = profile_for(skb).scoring
-    # from the SKB's arrays (node order, edge order): the same matrices as a pass over the Node and Edge
-    # objects, without building a million of them at a million nodes (seconds, and kept alive)
-    keys = skb.node_keys()
-    labels, node_label = skb.label_ids()
-    node_label = np.asarray(node_label)
-    rels, rel_array, src_array, dst_array = skb.edge_arrays()
-    rel_ids, src_ids, dst_ids = np.asarray(rel_array), np.asarray(src_array), np.asarray(dst_array)
+    arrays = arrays or GraphArrays.of(skb)
+    keys, labels, node_label = arrays.keys, arrays.labels, arrays.node_label
+    src_ids, dst_ids = arrays.src_ids, arrays.dst_ids
 
     def of_label(label: str) -> np.ndarray:
         return np.flatnonzero(node_label == labels.index(label)) if label in labels else np.zeros(0, dtype=np.int64)
@@ -98,7 +143,7 @@ def build_model(
 
     def along(rel: str, forward: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Edge ids of ``rel`` and their (from, to) node ids, src -> dst when ``forward``."""
-        ids = np.flatnonzero(rel_ids == rels.index(rel)) if rel in rels else np.zeros(0, dtype=np.int64)
+        ids = arrays.edges_of(rel)
         a, b = src_ids[ids], dst_ids[ids]
         return (ids, a, b) if forward else (ids, b, a)
 
@@ -111,7 +156,7 @@ def build_model(
             parents[c].append(q)
     ancestors = _build_ancestors(len(terms), parents)
 
-    edge_ids, tgt, term = along(annotation.rel, annotation.direction == "out")
+    _, tgt, term = along(annotation.rel, annotation.direction == "out")
     ti, ci = target_pos[tgt], term_pos[term]
     keep = (ti >= 0) & (ci >= 0)
     d_rows, d_cols = ti[keep], ci[keep]
@@ -119,9 +164,7 @@ def build_model(
     if prop is None:
         d_vals = np.full(len(d_rows), DEFAULT_EDGE_WEIGHT, dtype=np.float32)
     else:  # the weights are edge properties: read only the annotation edges' records
-        edges = skb.edges
-        d_vals = np.fromiter((edge_weight(edges[i].props, weight_floor, prop) for i in edge_ids[keep].tolist()),
-                             dtype=np.float32, count=int(keep.sum()))
+        d_vals = arrays.weights(skb, annotation.rel, prop, weight_floor)[keep]
     shape = (len(targets), len(terms))
     direct = sparse.csr_matrix((d_vals, (d_rows, d_cols)), shape=shape)
     direct.sum_duplicates()

@@ -30,7 +30,7 @@ from agent.scoring.hierarchy import (
     find_annotation,
     schema_for,
 )
-from agent.scoring.ontology import AnnotationModel, LinkMatrix, build_model
+from agent.scoring.ontology import AnnotationModel, GraphArrays, LinkMatrix, build_model
 from graphs.skb.digest import code_digest
 from graphs.skb.model import SKB, Edge, GraphSchema, Node
 from graphs.skb.state import digest_of, node_keys, profile_section_json, stored_record, write_state
@@ -44,7 +44,7 @@ def scoring_digest(skb: SKB) -> str:
     """The code and profile the scoring record depends on (computed once per SKB)."""
     per = _DIGESTS.setdefault(skb, {})
     if SCORING not in per:
-        code = code_digest(os_.build_model, hy._build_ancestors, os_.edge_weight, hy.detect_hierarchy,
+        code = code_digest(os_.build_model, hy._build_ancestors, os_.edge_weight, os_.GraphArrays, hy.detect_hierarchy,
                             hy.find_annotation, os_.AnnotationModel, hy.Hierarchy, hy.Annotation, os_.DEFAULT_EDGE_WEIGHT)
         per[SCORING] = digest_of(code, code_digest(Node, Edge), profile_section_json(skb, "scoring"))
     return per[SCORING]
@@ -93,10 +93,10 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
         pairs.append((found[term_label] is None, -weight, target_label, term_label, annotation))
     pairs.sort(key=lambda p: p[:4])
     models: list[dict[str, Any]] = []
-    arrays: dict[str, np.ndarray] = {}
+    stored: dict[str, np.ndarray] = {}
+    arrays = GraphArrays.of(skb)  # the models read one relation's edges each, in edge order: shared
     for _, _, target_label, term_label, annotation in pairs[:MAX_STORED_MODELS]:
-        rels = {annotation.rel} | ({found[term_label].rel} if found[term_label] is not None else set())
-        model = build_model(_with_edges(skb, by_rel, rels), annotation, found[term_label])
+        model = build_model(skb, annotation, found[term_label], arrays=arrays)
         tag = f"m{len(models)}"
         models.append({
             "tag": tag, "target_label": target_label, "term_label": term_label,
@@ -104,15 +104,15 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
             "frequency_mix": model.frequency_mix, "size_penalty": model.size_penalty,
             "symmetric": model.symmetric, "partial_credit_power": model.partial_credit_power,
         })
-        arrays[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
-        arrays[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
-        arrays[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
+        stored[f"{tag}.terms"] = np.asarray([position[k] for k in model.terms], dtype=np.int32)
+        stored[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
+        stored[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
         for name in ("ancestors", "direct", "propagated"):
             matrix = getattr(model, name)
-            arrays[f"{tag}.{name}.data"] = matrix.data
-            arrays[f"{tag}.{name}.indices"] = matrix.indices
-            arrays[f"{tag}.{name}.indptr"] = matrix.indptr
-    write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, arrays)
+            stored[f"{tag}.{name}.data"] = matrix.data
+            stored[f"{tag}.{name}.indices"] = matrix.indices
+            stored[f"{tag}.{name}.indptr"] = matrix.indptr
+    write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, stored)
 
 
 def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
