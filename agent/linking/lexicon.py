@@ -179,7 +179,7 @@ def build_lexicon(skb: SKB) -> Lexicon:
             table[toks].append(_Entry(node.key, primary, cs))
     by_token: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for toks in table:
-        for t in set(toks):
+        for t in dict.fromkeys(toks):  # not a set: the stored vocabulary's order must not change with the hash seed
             by_token[t].append(toks)
     token_df = {t: len(v) for t, v in by_token.items()}
     vocab_by_prefix: dict[str, list[str]] = defaultdict(list)
