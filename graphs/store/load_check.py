@@ -63,6 +63,26 @@ def sample(node_rows: dict[str, list[dict[str, Any]]], size: int = SAMPLE_NODES)
 UNION_BRANCHES = 32
 """Labels whose lookups one round trip carries (``UNION ALL``): a sample spread over thousands of labels."""
 
+ROWS_PER_READ = 20_000
+"""Rows one read may return: far below a store's own cap on a reply (FalkorDB's RESULTSET_SIZE), which cuts a
+longer reply short and would read as missing edges."""
+
+
+def _parts(by_label: dict[str, list[str]], rows: Callable[[str], int]) -> list[dict[str, list[str]]]:
+    """``by_label`` split into parts whose keys' expected rows (``rows(key)``, at least 1 each) stay within
+    ROWS_PER_READ (a key with more is a part of its own)."""
+    parts: list[dict[str, list[str]]] = [{}]
+    total = 0
+    for label in sorted(by_label):
+        for key in by_label[label]:
+            n = max(1, rows(key))
+            if total and total + n > ROWS_PER_READ:
+                parts.append({})
+                total = 0
+            parts[-1].setdefault(label, []).append(key)
+            total += n
+    return parts
+
 
 def _read_by_label(read: Read, union: bool, by_label: dict[str, list[str]], pattern: str, columns: str) -> list[Any]:
     """Rows of ``UNWIND keys AS k MATCH (n:Label {key: k})<pattern> RETURN k AS k, <columns>`` for every
@@ -102,18 +122,21 @@ def load_mismatches(
     label_of = {row["props"]["key"]: label for label, rows in picked.items() for row in rows}
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
     wanted = {label: [row["props"]["key"] for row in rows] for label, rows in picked.items()}
-    for key, props in _read_by_label(read, union, wanted, "", "properties(n) AS p"):
-        found[str(key)].append(dict(props or {}))
+    for part in _parts(wanted, lambda k: 1):
+        for key, props in _read_by_label(read, union, part, "", "properties(n) AS p"):
+            found[str(key)].append(dict(props or {}))
     small = {label: [k for k in ks if len(written.get(k, ())) <= EDGES_READ] for label, ks in wanted.items()}
     hubs = {label: [k for k in ks if len(written.get(k, ())) > EDGES_READ] for label, ks in wanted.items()}
     stored: dict[str, Counter[tuple[str, str, str]]] = defaultdict(Counter)
-    for key, rel, dst, props in _read_by_label(
-        read, union, small, "-[e]->(m)", "type(e) AS t, m.key AS d, properties(e) AS p"
-    ):
-        stored[str(key)][(str(rel), str(dst), _canonical(dict(props or {})))] += 1
+    for part in _parts(small, lambda k: len(written.get(k, ()))):
+        for key, rel, dst, props in _read_by_label(
+            read, union, part, "-[e]->(m)", "type(e) AS t, m.key AS d, properties(e) AS p"
+        ):
+            stored[str(key)][(str(rel), str(dst), _canonical(dict(props or {})))] += 1
     counts = {str(key): stored[str(key)].total() for key in keys if key in stored}
-    for key, count in _read_by_label(read, union, hubs, "-[e]->()", "count(e) AS c"):
-        counts[str(key)] = int(count)
+    for part in _parts(hubs, lambda k: 1):
+        for key, count in _read_by_label(read, union, part, "-[e]->()", "count(e) AS c"):
+            counts[str(key)] = int(count)
     wrong: list[str] = []
     for label, rows in picked.items():
         for row in rows:

@@ -176,6 +176,25 @@ def test_the_check_after_a_load_compares_keyed_lookups_and_edges(
     ]
 
 
+def test_the_check_reads_back_more_edges_than_one_reply_of_the_store_holds(store: FalkorDBStore) -> None:
+    """Every node read back with all its edges: 60 nodes of 1,900 edges each are more rows than the server's cap
+    on one reply (RESULTSET_SIZE), which cut the read short and read as edges missing from a faithful load."""
+    from graphs.store.falkordb_server import RESULTSET_SIZE
+
+    wide = SKB("wide")
+    for i in range(60):
+        wide.add_node(Node(f"s{i}", "Source", {"name": f"source {i}"}))
+    for j in range(1900):
+        wide.add_node(Node(f"t{j}", "Target", {"name": f"target {j}"}))
+    for i in range(60):
+        for j in range(1900):
+            wide.add_edge(Edge(f"s{i}", "REACHES", f"t{j}"))
+    assert len(wide.edges) > RESULTSET_SIZE
+    store.load(wide)
+    node_rows, edge_rows = node_rows_by_label(wide), edge_rows_by_pattern(wide)
+    assert load_mismatches(store._read, node_rows, edge_rows, size=len(wide.nodes)) == []
+
+
 def test_skb_index_refuses_such_data_with_status_2_and_keeps_the_index(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_jsonl(_places({"Lyon": "France"}), data)
