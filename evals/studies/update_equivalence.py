@@ -2,10 +2,11 @@
 
 Why: an update patches the parent generation's parts (HNSW slots, phrase entries, the graph's files) instead of
 building them; what a user must be able to rely on is that the result answers as a full build of the changed data
-would. This copies a complete index (its embedding cache too: the rebuild then embeds only what changed, as the
-update does), applies a change set drawn from its own graph (``--edit`` of the nodes get a revised text, ``--delete``
-are deleted with their edges, ``--add`` new nodes with three edges each: ``update_timing.change_lines``), builds the
-changed graph afresh with the index's own settings, and runs the benchmark's methods on both.
+would. This copies a complete index (its embedding cache too, and a second copy of the cache for the rebuild: both
+then embed only what changed, the same texts), applies a change set drawn from its own graph (``--edit`` of the
+nodes get a revised text, ``--delete`` are deleted with their edges, ``--add`` new nodes with three edges each:
+``update_timing.change_lines``), builds the changed graph afresh with the index's own settings, and runs the
+benchmark's methods on both.
 
 Per method it reports Hit@1 (and the other metrics) on each side and their difference, and the share of questions
 whose top-20 keys are identical; bm25 is exact on both sides, so its top-20 must be identical everywhere.
@@ -28,7 +29,7 @@ from typing import Any
 from evals.studies.output import emit
 from evals.studies.same_answers import compare, evaluate
 from evals.studies.update_timing import change_lines, copy_index
-from graphs.build import IndexConfig, build_index
+from graphs.build import IndexConfig, build_index, default_cache_dir
 
 
 def _spread_sample(bench: Path, n: int, out: Path) -> Path:
@@ -57,12 +58,15 @@ def run(index: Path, bench: Path, work: Path, methods: list[str], shares: tuple[
     lines = change_lines(updated, sum(counts), seed, counts=counts)  # type: ignore[arg-type]
     changes = work / "changes.jsonl"
     changes.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    # the rebuild gets the cache as the update found it: both then embed the same changed texts
+    rebuild_cache = work / "rebuild-cache"
+    shutil.copytree(default_cache_dir(updated), rebuild_cache)
     started = time.perf_counter()
     summary = update_index(updated, read_changes(changes))
     update_s = time.perf_counter() - started
     config = IndexConfig.model_validate(Manifest.read(updated).extra["config"])
     started = time.perf_counter()
-    build_index(load_jsonl(updated / "skb"), rebuilt, config)
+    build_index(load_jsonl(updated / "skb"), rebuilt, config.model_copy(update={"cache_dir": rebuild_cache}))
     rebuild_s = time.perf_counter() - started
     if sample:
         bench = _spread_sample(bench, sample, work / "bench.csv")

@@ -165,7 +165,8 @@ class PatchEngine:
         from graphs.index.phrases import build_phrase_index
         from graphs.update.phrase_patch import patch_phrases
 
-        patched = patch_phrases(self.parent_phrases, skb, self.changed, embedder, batch=batch, progress=progress)
+        patched = patch_phrases(self.parent_phrases, skb, self.changed, embedder, batch=batch, progress=progress,
+                                parent_skb=self.parent_skb)
         self.phrases_patched = patched is not None
         return patched if patched is not None else build_phrase_index(skb, embedder, batch=batch, progress=progress)
 

@@ -20,9 +20,12 @@ REBUILD_SHARE = 0.1
 
 def patch_phrases(
     parent_dir: Path, skb: SKB, changed: Collection[str], embedder: Embedder, *, batch: int = 512,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, parent_skb: SKB | None = None,
 ) -> PhraseIndex | None:
-    """The patched index, or None where the parent has none or its deleted rows would pass the share."""
+    """The patched index, or None where the parent has none or its deleted rows would pass the share.
+
+    ``parent_skb``: the parent's graph; a changed node whose phrases are the same there (its text changed with a
+    neighbour's name, its own names and definitions did not) keeps its rows."""
     from graphs.embedding.embedder import embed_all
 
     if not (parent_dir / GRAPH_FILE).is_file() or not (parent_dir / ENTRIES_FILE).is_file():
@@ -30,6 +33,8 @@ def patch_phrases(
     parent = PhraseIndex.load(parent_dir, embedder.dim)
     keys, kinds = list(parent.keys), list(parent.kinds)
     touched = set(changed)
+    if parent_skb is not None:
+        touched = {key for key in touched if node_phrases(parent_skb, key) != node_phrases(skb, key)}
     dead = [i for i, key in enumerate(keys) if key and (key in touched or key not in skb.nodes)]
     entries = [(key, kind, text) for key in sorted(touched & skb.nodes.keys(), key=str)
                for kind, text in node_phrases(skb, key)]
