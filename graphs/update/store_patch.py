@@ -115,25 +115,33 @@ def graph_diff(old: SKB, new: SKB, touched: Collection[str], edges: Collection[T
                      created=dict(created), edges_created=dict(edges_created))
 
 
+def _edge_match(pattern: Triple) -> str:
+    rel, src_label, dst_label = pattern
+    return (f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}})-[e:{quote_name(rel)}]->"
+            f"(b:{quote_name(dst_label)} {{key: r.d}})")
+
+
+def _edge_create(pattern: Triple) -> str:
+    rel, src_label, dst_label = pattern
+    return (f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) MATCH (b:{quote_name(dst_label)} "
+            f"{{key: r.d}}) CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p")
+
+
 def _statements(diff: GraphDiff) -> list[tuple[str, list[Any]]]:
+    """(Cypher, rows) in the order the writes must run: deletes first, so a key deleted and created again (a new
+    label) is free when it is created."""
+    parts: list[tuple[dict[Any, list[Any]], Callable[[Any], str]]] = [
+        (diff.deleted, lambda label: f"UNWIND $rows AS k MATCH (n:{quote_name(label)} {{key: k}}) DETACH DELETE n"),
+        (diff.edges_deleted, lambda pattern: f"{_edge_match(pattern)} DELETE e"),
+        (diff.updated, lambda label: f"UNWIND $rows AS r MATCH (n:{quote_name(label)} {{key: r.k}}) SET n = r.props"),
+        (diff.created, lambda label: f"UNWIND $rows AS r CREATE (n:{quote_name(label)}) SET n = r.props"),
+        (diff.edges_created, _edge_create),
+    ]
     out: list[tuple[str, list[Any]]] = []
-    for label, keys in sorted(diff.deleted.items()):
-        cypher = f"UNWIND $rows AS k MATCH (n:{quote_name(label)} {{key: k}}) DETACH DELETE n"
-        out += [(cypher, list(rows)) for rows in batched(keys, BATCH)]
-    for (rel, src_label, dst_label), pairs in sorted(diff.edges_deleted.items()):
-        cypher = (f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}})-[e:{quote_name(rel)}]->"
-                  f"(b:{quote_name(dst_label)} {{key: r.d}}) DELETE e")
-        out += [(cypher, list(rows)) for rows in batched(pairs, BATCH)]
-    for label, changed in sorted(diff.updated.items()):
-        cypher = f"UNWIND $rows AS r MATCH (n:{quote_name(label)} {{key: r.k}}) SET n = r.props"
-        out += [(cypher, list(rows)) for rows in batched(changed, BATCH)]
-    for label, new_rows in sorted(diff.created.items()):
-        cypher = f"UNWIND $rows AS r CREATE (n:{quote_name(label)}) SET n = r.props"
-        out += [(cypher, list(rows)) for rows in batched(new_rows, BATCH)]
-    for (rel, src_label, dst_label), edge_rows in sorted(diff.edges_created.items()):
-        cypher = (f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) "
-                  f"MATCH (b:{quote_name(dst_label)} {{key: r.d}}) CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p")
-        out += [(cypher, list(rows)) for rows in batched(edge_rows, BATCH)]
+    for groups, cypher_of in parts:
+        for group, rows in sorted(groups.items()):
+            cypher = cypher_of(group)
+            out += [(cypher, list(batch)) for batch in batched(rows, BATCH)]
     return out
 
 
