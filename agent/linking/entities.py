@@ -470,7 +470,9 @@ class EntityLinker:
             if keys:
                 return [(k, 0.99) for k in keys[: self.max_synonym_keys]]
         # candidates share the rarest content token
-        rare = sorted(set(content), key=lambda t: self.lexicon.token_df.get(t, 10**9))
+        # (in the mention's order among equally rare tokens, and the best candidate by its tokens among equal
+        # scores: a set's order follows the process's string-hash seed, and two runs would link differently)
+        rare = sorted(dict.fromkeys(content), key=lambda t: self.lexicon.token_df.get(t, 10**9))
         cands: set[tuple[str, ...]] = set()
         for t in rare[:2]:
             lst = self.lexicon.by_token.get(t, [])
@@ -497,7 +499,7 @@ class EntityLinker:
             score = 0.5 * ratio + 0.5 * overlap if overlap < 1.0 else max(ratio, 0.95)
             if score >= self.fuzzy_threshold:
                 best.append((score, cand))
-        best.sort(key=lambda x: -x[0])
+        best.sort(key=lambda x: (-x[0], x[1]))
         out: list[tuple[str, float]] = []
         for score, cand in best[:1]:
             for e in self._choose(self.lexicon.table[cand], ""):
