@@ -9,8 +9,8 @@ whose label changed deleted and created again, properties replaced, and the para
 node at an end (``graphs.update.changes`` marks both ends), so the difference around those nodes is the whole
 difference.
 
-The result is checked before it is saved: node and edge counts equal the changed graph's, and every changed
-node is looked up by key and compared with its properties and outgoing edges (``graphs.store.load_check``).
+The result is checked before it is saved: node and edge counts equal the changed graph's, and every node a write
+touched is looked up by key and compared with its properties and outgoing edges (``graphs.store.load_check``).
 Anything else, or a parent without a dump, falls back to the full load.
 
 What may differ from a fresh load: the store's internal ids. A new node can take the id of a deleted one, where
@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphs.skb.model import SKB
-from graphs.store.load_check import load_mismatches, mismatch_message
+from graphs.store.load_check import load_mismatches
 from graphs.store.props import batched, quote_name, store_props
 
 #: Rows per UNWIND statement.
@@ -51,12 +51,6 @@ class GraphDiff:
     updated: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> {"k", "props"}
     created: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> {"props"}
     edges_created: dict[Triple, list[dict[str, Any]]] = field(default_factory=dict)  # rows as a load's
-
-    @property
-    def writes(self) -> int:
-        parts: Iterable[dict[Any, list[Any]]] = (self.deleted, self.edges_deleted, self.updated, self.created,
-                                                 self.edges_created)
-        return sum(len(rows) for part in parts for rows in part.values())
 
 
 def _parallel(skb: SKB, triple: Triple) -> list[dict[str, Any]]:
@@ -168,12 +162,16 @@ def patch_store(parent_dump: Path, data_dir: Path, old: SKB, new: SKB, touched: 
             store._write(cypher, {"rows": rows})
             if progress:
                 progress(done, total)
-        wrong = _count_mismatches(store, new)
+        wrong = _count_mismatches(store, new) + _still_there(store, old, new, touched)
         if not wrong:
-            node_rows, edge_rows = _rows_of(new, touched)
-            wrong = load_mismatches(store._read, node_rows, edge_rows, size=len(touched) + 1)
+            written = _changed_records(old, new, touched, edges)
+            node_rows, edge_rows = _rows_of(new, written)
+            wrong = load_mismatches(store._read, node_rows, edge_rows, size=len(written) + 1)
         if wrong:
-            raise StoreError(mismatch_message(wrong, "the patched graph store"))
+            more = f"; and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+            raise StoreError(f"the patched graph store answers differently from the changed graph: "
+                             f"{'; '.join(wrong[:5])}{more}; nothing was swapped in (the previous generation keeps "
+                             "serving); build the changed data in full with `skb index --force`")
         store._after_load()
     if progress:
         progress(total, total)
@@ -188,6 +186,30 @@ def _count_mismatches(store: Any, new: SKB) -> list[str]:
         wrong.append(f"it holds {nodes} nodes where the changed graph has {len(new.nodes)}")
     if edges != len(new.edges):
         wrong.append(f"it holds {edges} edges where the changed graph has {len(new.edges)}")
+    return wrong
+
+
+def _changed_records(old: SKB, new: SKB, touched: Collection[str], edges: Collection[Triple]) -> set[str]:
+    """The nodes of the changed graph whose record or edges the change set changed, found from the two graphs (not
+    from the writes, which they check): new or changed nodes, and both ends of every edge a line named. A changed
+    node's neighbours whose text changed with it are not written, and not read back."""
+    found = {key for key in touched if key in new.nodes and (
+        key not in old.nodes or old.nodes[key].label != new.nodes[key].label or old.nodes[key].props != new.nodes[key].props)}
+    found |= {end for src, _, dst in edges for end in (src, dst) if end in new.nodes}
+    return found
+
+
+def _still_there(store: Any, old: SKB, new: SKB, touched: Collection[str]) -> list[str]:
+    """The deleted keys (the changed nodes of the parent that the changed graph lacks) a lookup still finds."""
+    gone: dict[str, list[str]] = defaultdict(list)
+    for key in sorted(touched):
+        if key in old.nodes and key not in new.nodes:
+            gone[old.nodes[key].label].append(key)
+    wrong = []
+    for label, keys in sorted(gone.items()):
+        for part in batched(keys, BATCH):
+            found = store._read(f"UNWIND $k AS k MATCH (n:{quote_name(label)} {{key: k}}) RETURN k", {"k": list(part)})
+            wrong += [f"the deleted node {str(row[0])[:60]!r} ({label}) is still found" for row in found]
     return wrong
 
 
