@@ -52,8 +52,9 @@ class UpdateSummary(BaseModel):
     deleted_nodes: int = 0
     timings_s: dict[str, float] = Field(default_factory=dict)
     hnsw: dict[str, int | bool] = Field(default_factory=dict)
-    """How the HNSW graphs were made: patched from the parent's (elements written, marked deleted, graphs rebuilt
-    past the deleted-slot threshold) or built (``patched`` false: a sharded index)."""
+    """How the parent's parts were reused: the HNSW graphs patched (elements written, marked deleted, graphs rebuilt
+    past the deleted-slot threshold) or built (``patched`` false: a sharded index), and whether the phrase index
+    (``phrases_patched``) and the FalkorDB graph (``store_patched``) were patched rather than built."""
     build: BuildSummary | None = None
 
 
