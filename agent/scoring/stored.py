@@ -118,9 +118,9 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
 def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
     """A shallow copy of ``skb`` holding only the edges of ``rels`` (each relation's edges in their order).
 
-    Why: the computations filter edges by relation; giving them only those edges makes building
-    the stored models several times faster with identical results (they never mix two relations'
-    edges in one loop, so the order within each relation is all that matters)."""
+    Why: finding a label's hierarchy filters edges by relation; giving it only its self-relations' edges
+    makes it several times faster with identical results (it never mixes two relations' edges in one
+    loop, so the order within each relation is all that matters). The models read ``GraphArrays``."""
     import copy
 
     view = copy.copy(skb)

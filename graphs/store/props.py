@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphs.errors import LoaderError
-from graphs.skb.model import SKB, LabelInfo, PropertyInfo, RelationInfo, value_type_name
+from graphs.skb.model import SKB, Edge, LabelInfo, Node, PropertyInfo, RelationInfo, value_type_name
 from graphs.skb.storable import INT64_MAX, INT64_MIN, store_key_problem, value_problem
 
 Scalar = str | int | float | bool
@@ -104,20 +104,31 @@ def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
+_NO_PROPS: dict[str, Any] = {}
+"""The one property map of every edge without properties (most edges of a large graph): an empty dict per edge
+row cost 64 bytes each, 0.6 GB at ten million edges. Rows are read, never changed."""
+
+
+def node_row(node: Node) -> dict[str, Any]:
+    """One node's load row, {"props": {...}} for `UNWIND $rows AS r ... SET n = r.props` (``_Unstorable`` as
+    ``store_props``)."""
+    return {"props": store_props(node.props, key=node.key)}
+
+
+def edge_row(edge: Edge) -> dict[str, Any]:
+    """One edge's load row, {"s": src key, "d": dst key, "p": props} (``_Unstorable`` as ``store_props``)."""
+    return {"s": edge.src, "d": edge.dst, "p": store_props(edge.props) if edge.props else _NO_PROPS}
+
+
 def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
     """Per label, rows of the form {"props": {...}} ready for `UNWIND $rows AS r ... SET n = r.props`."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     try:
         for node in skb.nodes.values():
-            rows[node.label].append({"props": store_props(node.props, key=node.key)})
+            rows[node.label].append(node_row(node))
     except _Unstorable:
         raise _refusal(skb) from None
     return dict(rows)
-
-
-_NO_PROPS: dict[str, Any] = {}
-"""The one property map of every edge without properties (most edges of a large graph): an empty dict per edge
-row cost 64 bytes each, 0.6 GB at ten million edges. Rows are read, never changed."""
 
 
 def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
@@ -135,10 +146,9 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
                 fix="call skb.validate() before loading, and add the node or drop the edge",
             )
         try:
-            props = store_props(edge.props) if edge.props else _NO_PROPS
+            rows[(edge.rel, src.label, dst.label)].append(edge_row(edge))
         except _Unstorable:
             raise _refusal(skb) from None
-        rows[(edge.rel, src.label, dst.label)].append({"s": edge.src, "d": edge.dst, "p": props})
     return dict(rows)
 
 

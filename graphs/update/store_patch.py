@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphs.skb.model import SKB
-from graphs.store.load_check import load_mismatches
-from graphs.store.props import batched, quote_name, store_props
+from graphs.skb.model import SKB, Edge
+from graphs.store.load_check import SHOWN, load_mismatches
+from graphs.store.props import batched, edge_row, node_row, quote_name, store_props
 
 #: Rows per UNWIND statement.
 BATCH = 2000
@@ -103,8 +103,7 @@ def graph_diff(old: SKB, new: SKB, touched: Collection[str], edges: Collection[T
         if was_props:
             edges_deleted[(rel, old.nodes[src].label, old.nodes[dst].label)].append({"s": src, "d": dst})
         for props in now_props:
-            edges_created[(rel, new.nodes[src].label, new.nodes[dst].label)].append(
-                {"s": src, "d": dst, "p": store_props(props) if props else {}})
+            edges_created[(rel, new.nodes[src].label, new.nodes[dst].label)].append(edge_row(Edge(src, rel, dst, props)))
     return GraphDiff(deleted=dict(deleted), edges_deleted=dict(edges_deleted), updated=dict(updated),
                      created=dict(created), edges_created=dict(edges_created))
 
@@ -168,9 +167,9 @@ def patch_store(parent_dump: Path, data_dir: Path, old: SKB, new: SKB, touched: 
             node_rows, edge_rows = _rows_of(new, written)
             wrong = load_mismatches(store._read, node_rows, edge_rows, size=len(written) + 1)
         if wrong:
-            more = f"; and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+            more = f"; and {len(wrong) - SHOWN} more" if len(wrong) > SHOWN else ""
             raise StoreError(f"the patched graph store answers differently from the changed graph: "
-                             f"{'; '.join(wrong[:5])}{more}; nothing was swapped in (the previous generation keeps "
+                             f"{'; '.join(wrong[:SHOWN])}{more}; nothing was swapped in (the previous generation keeps "
                              "serving); build the changed data in full with `skb index --force`")
         store._after_load()
     if progress:
@@ -220,10 +219,9 @@ def _rows_of(new: SKB, touched: Collection[str]) -> tuple[dict[str, list[dict[st
     for key in sorted(touched):
         node = new.nodes.get(key)
         if node is not None:
-            node_rows[node.label].append({"props": store_props(node.props, key=key)})
+            node_rows[node.label].append(node_row(node))
     edge_rows: dict[Triple, list[dict[str, Any]]] = defaultdict(list)
     for key in touched:
         for edge in new.out_edges(key):
-            edge_rows[(edge.rel, new.nodes[edge.src].label, new.nodes[edge.dst].label)].append(
-                {"s": edge.src, "d": edge.dst, "p": store_props(edge.props) if edge.props else {}})
+            edge_rows[(edge.rel, new.nodes[edge.src].label, new.nodes[edge.dst].label)].append(edge_row(edge))
     return dict(node_rows), dict(edge_rows)
