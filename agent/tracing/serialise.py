@@ -10,6 +10,8 @@ import dataclasses
 import datetime as _dt
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -125,10 +127,42 @@ def _to_jsonable_container(value: Any, max_string: int, depth: int, seen: set[in
     return _truncate(repr(value), 300)
 
 
+class _EncodedMessages:
+    """Each chat message's JSON, encoded once and spliced into every payload that holds it.
+
+    Why: a LangGraph node's inputs are the whole state, so one question's scratchpad (tool results with their
+    artifacts) is encoded again for every node it passes; converting those messages was most of what tracing
+    cost a question. A message is taken as unchanged while it and its content, tool calls and artifact are the
+    same objects (LangGraph's reducers add or replace messages, they do not edit them). Bounded: the oldest
+    entries go first; an entry holds its message, so an id is not reused while it is cached."""
+
+    def __init__(self, size: int, encode: Callable[[Any], Any] | None) -> None:
+        self.size = size
+        self.encode = encode
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+
+    def get(self, msg: Any) -> Any:
+        if self.encode is None:  # the stdlib encoder has no way to splice encoded JSON in
+            return _message_dict(msg)
+        key = (id(msg), id(getattr(msg, "content", None)), id(getattr(msg, "tool_calls", None)),
+               id(getattr(msg, "artifact", None)))  # fmt: skip
+        with self._lock:
+            held = self._entries.get(key)
+        if held is not None and held[0] is msg:
+            return held[1]
+        encoded = self.encode(_message_dict(msg))  # raises what the encoder refuses: the payload takes the careful path
+        with self._lock:
+            self._entries[key] = (msg, encoded)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return encoded
+
+
 def _fast_default(obj: Any) -> Any:
     """One level of conversion for the C encoder (it recurses into what this returns)."""
     if hasattr(obj, "type") and hasattr(obj, "content") and hasattr(obj, "additional_kwargs"):
-        return _message_dict(obj)
+        return _MESSAGES.get(obj)
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
     if isinstance(obj, UUID | Path | set | frozenset | tuple | bytes | bytearray | _dt.datetime | _dt.date):
@@ -140,24 +174,33 @@ def _fast_default(obj: Any) -> Any:
     return _truncate(repr(obj), 300)
 
 
-def _json_dumps() -> Callable[[Any, Callable[[Any], Any]], str]:
+def _json_encoders() -> tuple[Callable[[Any, Callable[[Any], Any]], str], Callable[[Any], Any] | None]:
     """orjson's encoder when installed (it is optional, third-party; a few times faster than the stdlib's on run
     payloads, which are encoded on the agent's thread for every run), else the stdlib's. Both raise TypeError or
     ValueError on what they cannot encode (cycles, non-text keys, huge integers), which sends the payload to the
-    careful path. orjson writes no spaces after separators and NaN as null: the same data."""
+    careful path. orjson writes no spaces after separators and NaN as null: the same data.
+
+    The second encoder turns one message into encoded JSON that the first splices in as it is (orjson's
+    ``Fragment``); None with the stdlib's."""
     try:
         import orjson
     except ImportError:  # orjson is optional (third-party): the stdlib writes the same data
-        return lambda value, default: json.dumps(value, ensure_ascii=False, default=default)
+        return (lambda value, default: json.dumps(value, ensure_ascii=False, default=default)), None
     options = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
     def dumps(value: Any, default: Callable[[Any], Any]) -> str:
         return orjson.dumps(value, default=default, option=options).decode("utf-8")
 
-    return dumps
+    def fragment(value: Any) -> Any:
+        return orjson.Fragment(orjson.dumps(value, default=_fast_default, option=options))
+
+    return dumps, fragment
 
 
-_dumps = _json_dumps()
+#: Messages whose JSON is kept: a question's scratchpad is a few dozen; a server runs a few questions at once.
+ENCODED_MESSAGES = 512
+_dumps, _fragment = _json_encoders()
+_MESSAGES = _EncodedMessages(ENCODED_MESSAGES, _fragment)
 
 
 def _dump_payload(value: Any, *, compact: bool = False) -> str | None:

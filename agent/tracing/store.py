@@ -19,6 +19,7 @@ from typing import Any
 from agent.results import StageUsage
 from agent.tracing.runs import TraceRun, TraceSummary
 from agent.tracing.schema import _COLUMNS, _DDL, _iso, _pack, _preview, _row_to_run
+from agent.tracing.shared_inputs import resolve
 from graphs.errors import ConfigError, TraceNotFoundError
 
 DEFAULT_TRACE_FILE = "traces.sqlite"
@@ -250,10 +251,14 @@ class TraceStore:
         return out
 
     def runs_of_trace(self, trace_id: str) -> list[TraceRun]:
-        return [
+        """Every run of a trace, parents first, each with its inputs whole (a step stores a state value it
+        shares with an earlier step of the trace as a reference: `agent.tracing.shared_inputs`)."""
+        runs = [
             _row_to_run(r)
             for r in self._rows("SELECT * FROM runs WHERE trace_id = ? ORDER BY dotted_order", (trace_id,))
         ]
+        resolve(runs)
+        return runs
 
     def get_tree(self, run_id: str) -> TraceRun:
         """The run ``run_id`` (full id or unique prefix) with all its descendants nested in ``child_runs``."""

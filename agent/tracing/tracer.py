@@ -36,6 +36,7 @@ from agent.results import StageUsage
 from agent.tracing.runs import TraceRun, TraceSummary
 from agent.tracing.schema import _COLUMNS, _JSON_COLUMNS, _iso  # noqa: F401 -- the columns: read by evals
 from agent.tracing.serialise import MAX_PAYLOAD_CHARS, _dump_payload, _truncate, to_jsonable  # noqa: F401
+from agent.tracing.shared_inputs import TraceInputs
 from agent.tracing.store import (
     DEFAULT_TRACE_FILE,
     MAX_DAYS_ENV,  # noqa: F401 -- the retention settings' names, read by tests
@@ -145,6 +146,8 @@ class LocalTracer(BaseTracer):
         self._usage: dict[str, tuple[int, int, int]] = {}
         #: Run id -> (its inputs object, their JSON) from the run's start, reused by its end row.
         self._inputs_text: dict[str, tuple[Any, str | None]] = {}
+        #: Per open trace, the state values its steps stored (a later step stores an unchanged one as a reference).
+        self._trace_inputs = TraceInputs()
         self._stage_usage: dict[str, StageUsage] = {}
         self._counter_lock = threading.Lock()
         self.last_trace_id: str | None = None
@@ -234,6 +237,8 @@ class LocalTracer(BaseTracer):
         # LangChain's tracer keeps every run's (trace id, dotted order) for its children to find and never lets go:
         # about 1 kB a run, without bound in a server. A run's children have started by the time it ends.
         self.order_map.pop(run.id, None)
+        if run.parent_run_id is None:
+            self._trace_inputs.forget(str(run.trace_id))
         usage = self._usage.pop(str(run.id), None)
         if usage is not None and is_llm_call(run.extra):
             self._count_stage(run, usage)
@@ -258,7 +263,11 @@ class LocalTracer(BaseTracer):
         key = str(run.id)
         compact = run.run_type in ("llm", "chat_model")
         if status == "running":
-            text = _dump_payload(run.inputs, compact=compact)
+            text = None
+            if run.parent_run_id is not None and run.run_type == "chain":  # a step: its inputs are the state
+                text = self._trace_inputs.encode(str(run.trace_id), key, run.inputs)
+            if text is None:
+                text = _dump_payload(run.inputs, compact=compact)
             if len(self._inputs_text) >= MAX_OPEN_RUNS:  # runs that never ended (a cancelled task) must not pile up
                 self._inputs_text.clear()
             self._inputs_text[key] = (run.inputs, text)

@@ -91,6 +91,36 @@ def test_dump_payload_falls_back_on_what_the_fast_encoder_refuses() -> None:
     assert surrogate is not None and json.loads(surrogate)["text"] == "a\ud800b"
 
 
+def test_a_message_is_encoded_once_and_what_changes_it_is_encoded_again() -> None:
+    """A state's messages recur in every node's inputs: each is encoded once and spliced in, with the same text
+    the whole encoding gives; a message given new content, and what the fast encoder refuses, are not reused."""
+    from agent.tracing import serialise
+
+    cache = serialise._EncodedMessages(4, serialise._fragment)
+    original, serialise._MESSAGES = serialise._MESSAGES, cache
+    try:
+        tool = ToolMessage("result", tool_call_id="c1", artifact={"hits": [{"key": "n1", "score": 0.5}]})
+        call = AIMessage("", tool_calls=[{"name": "search", "args": {"q": "x"}, "id": "c1"}])
+        first = _dump_payload({"scratchpad": [call, tool], "step": 1})
+        second = _dump_payload({"scratchpad": [call, tool], "step": 2})
+        assert first is not None and second is not None
+        assert json.loads(first)["scratchpad"] == to_jsonable([call, tool])
+        assert json.loads(second)["scratchpad"] == json.loads(first)["scratchpad"]
+        if serialise._fragment is not None:  # orjson splices encoded messages; the stdlib has no way to
+            assert len(cache._entries) == 2
+        tool.content = "changed"
+        changed = _dump_payload({"scratchpad": [tool]})
+        assert changed is not None and json.loads(changed)["scratchpad"][0]["content"] == "changed"
+        huge = ToolMessage("big", tool_call_id="c2", artifact={"n": 2**70})
+        out = _dump_payload({"scratchpad": [huge]})
+        assert out is not None and json.loads(out)["scratchpad"][0]["artifact"] == {"n": 2**70}
+        for i in range(10):
+            _dump_payload({"m": HumanMessage(f"q{i}")})
+        assert len(cache._entries) <= 4
+    finally:
+        serialise._MESSAGES = original
+
+
 def test_a_runs_end_row_keeps_the_inputs_it_started_with_unless_new_ones_arrive(tmp_path: Path) -> None:
     """Inputs are encoded once, at the start: a step that changes its input dict in place is recorded with what
     it saw; inputs handed over with the end (LangChain replaces ``run.inputs``) are recorded as given."""
