@@ -31,13 +31,16 @@ def _truncate(text: str, limit: int = MAX_STRING_CHARS) -> str:
     return text[:limit] + f"... [truncated {len(text) - limit} chars]"
 
 
-def _message_dict(msg: Any) -> dict[str, Any]:
-    """A LangChain message as the compact dict the viewer shows (no empty fields)."""
+def _message_dict(msg: Any, *, with_artifact: bool = True) -> dict[str, Any]:
+    """A LangChain message as the compact dict the viewer shows (no empty fields); ``with_artifact=False`` leaves out
+    a tool result's artifact, which the tools' caller gets and a model never reads."""
     out: dict[str, Any] = {"type": getattr(msg, "type", type(msg).__name__)}
     for field in ("name", "content", "tool_calls", "invalid_tool_calls", "tool_call_id", "status", "usage_metadata"):
         value = getattr(msg, field, None)
         if value not in (None, "", [], {}):
             out[field] = value
+    if not with_artifact:
+        return out
     artifact = getattr(msg, "artifact", None)
     if artifact is not None:
         out["artifact"] = artifact

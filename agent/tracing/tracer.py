@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
@@ -35,7 +36,13 @@ from langchain_core.tracers.schemas import Run
 from agent.results import StageUsage
 from agent.tracing.runs import TraceRun, TraceSummary
 from agent.tracing.schema import _COLUMNS, _JSON_COLUMNS, _iso  # noqa: F401 -- the columns: read by evals
-from agent.tracing.serialise import MAX_PAYLOAD_CHARS, _dump_payload, _truncate, to_jsonable  # noqa: F401
+from agent.tracing.serialise import (  # noqa: F401 -- MAX_PAYLOAD_CHARS and to_jsonable: re-exported
+    MAX_PAYLOAD_CHARS,
+    _dump_payload,
+    _message_dict,
+    _truncate,
+    to_jsonable,
+)
 from agent.tracing.shared_inputs import TraceInputs
 from agent.tracing.store import (
     DEFAULT_TRACE_FILE,
@@ -223,6 +230,27 @@ class LocalTracer(BaseTracer):
     def _persist_run(self, run: Run) -> None:
         # Every run is written by _on_run_update as it ends; the root needs nothing extra.
         self.last_trace_id = str(run.trace_id)
+
+    def _create_chat_model_run(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> Run:
+        """The chat model's run, holding what the model read: each message's type, content and tool calls.
+
+        Why not LangChain's: it encodes every message with ``dumpd``, which writes out a repr of each object in
+        a tool result's artifact, on the agent's thread, for every planner round; the model reads no artifact."""
+        run = super()._create_chat_model_run(
+            serialized, [], run_id, tags=tags, parent_run_id=parent_run_id, metadata=metadata, name=name, **kwargs
+        )
+        run.inputs = {"messages": [[_message_dict(m, with_artifact=False) for m in batch] for batch in messages]}
+        return run
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> Run:
         self._usage[str(run_id)] = _usage_from_result(response)

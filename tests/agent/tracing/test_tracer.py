@@ -238,6 +238,11 @@ def test_agent_run_is_recorded_as_a_langsmith_shaped_tree(agent_graph: Any, tmp_
     assert {t.name for t in tools} <= {"semantic_search", "search_nodes", "cypher", "finish"}
     assert all(t.stage == "act" for t in tools)
     assert any(r.run_type == "llm" and r.name == "OfflinePlanner" for r in runs)
+    # a planner run holds what the model read: the tool results' text, not their artifacts
+    read = [m for r in runs if r.run_type == "llm" for batch in r.inputs["messages"] for m in batch]
+    tool_results = [m for m in read if m["type"] == "tool"]
+    assert tool_results and all(m["content"] and m["tool_call_id"] and "artifact" not in m for m in tool_results)
+    assert any(m["type"] == "ai" and m.get("tool_calls") for m in read)
     # the tool output carries the JSON payload (artifact) the agent saw
     finish = [t for t in tools if t.name == "finish"][-1]
     assert finish.outputs["output"]["artifact"]["keys"][0] == state["result"].context[0].key
