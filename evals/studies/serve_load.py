@@ -28,6 +28,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
+from evals.studies import process_cpu
 from evals.studies.load_test import _percentile, make_questions
 
 DEFAULT_OUT = Path("evals/reports/serve")
@@ -45,6 +46,10 @@ class Level(BaseModel):
     p99_ms: float
     max_ms: float
     first_error: str | None = None
+    cpu_ms_per_question: dict[str, float] = {}
+    """CPU milliseconds per answered question by role (replicas, Ray proxy, ..., load generator): `process_cpu`."""
+    cores_busy: float | None = None
+    """CPU seconds of every process over the level's wall seconds: how many cores the level kept busy."""
 
 
 class Memory(BaseModel):
@@ -213,7 +218,12 @@ def run_study(
             try:
                 asyncio.run(_level(served.url, {}, questions[:warmup], min(count * 2, warmup), 1.0))  # warm caches
                 for clients in concurrency:
+                    before = process_cpu.snapshot()
                     level = asyncio.run(_level(served.url, {}, questions, clients, seconds))
+                    used = process_cpu.cpu_by_role(before, process_cpu.snapshot())
+                    answered = max(1, level.calls - level.errors)
+                    level.cpu_ms_per_question = {role: round(s * 1000 / answered, 1) for role, s in used.items()}
+                    level.cores_busy = round(sum(used.values()) / level.seconds, 2) if used else None
                     level.replicas = count
                     levels.append(level)
                     typer.echo(level.model_dump_json(), err=True)
@@ -258,6 +268,15 @@ def markdown(report: ServeLoadReport) -> str:
     for lv in report.levels:
         lines.append(f"| {lv.replicas} | {lv.concurrency} | {lv.qps:.1f} | {lv.p50_ms:.0f} | {lv.p95_ms:.0f} | "
                      f"{lv.p99_ms:.0f} | {lv.errors} |")
+    roles = list(dict.fromkeys(role for lv in report.levels for role in lv.cpu_ms_per_question))
+    if roles:
+        lines += ["", ("CPU milliseconds per answered question, by process (`/proc/PID/stat`, the whole level), and "
+                  "the cores the level kept busy:"), "",
+                  "| replicas | clients | " + " | ".join(roles) + " | cores busy |",
+                  "|---:|---:|" + "---:|" * (len(roles) + 1)]
+        for lv in report.levels:
+            cells = " | ".join(f"{lv.cpu_ms_per_question.get(r, 0.0):.1f}" for r in roles)
+            lines.append(f"| {lv.replicas} | {lv.concurrency} | {cells} | {lv.cores_busy or 0:.2f} |")
     lines += ["", "Memory per replica (MB, `/proc/PID/smaps_rollup`, after the last level):", "",
               "| replicas | pid | RSS | PSS | PSS anon | PSS file |", "|---:|---:|---:|---:|---:|---:|"]
     for count, mems in report.replica_memory.items():

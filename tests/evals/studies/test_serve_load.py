@@ -28,3 +28,42 @@ def test_the_report_tables_each_level_and_replica_and_states_the_ratios() -> Non
     assert "| 2 | 16 | 17.5 | 10 | 20 | 30 | 0 |" in text and "| 1 | 1 | 400 | 300 | 250 | 50 |" in text
     assert "16: 1.75x" in text and "1.30x" in text
     assert "Same top 20 as `ask()` on 200 questions of `dev.csv`: `POST /ask` 200, MCP `ask` 199." in text
+
+
+def test_cpu_is_counted_per_role_from_proc_and_tabled_per_question() -> None:
+    """A process whose command line names a replica, and this process (the load generator), each burn CPU between
+    two snapshots; each role gets at least what it burned, and the report tables it per answered question."""
+    import subprocess
+    import sys
+    import time
+
+    from evals.studies import process_cpu
+
+    before = process_cpu.snapshot()
+    assert os.getpid() in before
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    t = time.process_time()
+    while time.process_time() - t < 0.2:
+        pass
+    used = process_cpu.cpu_by_role(before, process_cpu.snapshot())
+    assert used.get("load generator", 0.0) >= 0.15
+    child = subprocess.Popen([sys.executable, "-c", burn + "\ntime.sleep(5)", "ray::ServeReplica:skb"])
+    try:
+        time.sleep(0.2)
+        before = process_cpu.snapshot()
+        time.sleep(1.0)
+        used = process_cpu.cpu_by_role(before, process_cpu.snapshot())
+    finally:
+        child.kill()
+        child.wait()
+    assert used.get("replicas", 0.0) >= 0.05
+    level: dict[str, Any] = {"seconds": 5.0, "calls": 50, "errors": 0, "p50_ms": 10.0, "p95_ms": 20.0, "p99_ms": 30.0,
+                             "max_ms": 40.0, "cores_busy": 1.9}  # fmt: skip
+    report = ServeLoadReport(
+        index_dir="idx", cpus=2, load_before=[0.1], seconds_per_level=5.0, tracing=True, replica_memory={},
+        levels=[Level(replicas=2, concurrency=16, qps=10.0, cpu_ms_per_question={"replicas": 150.0, "Ray proxy": 12.5},
+                      **level)],
+        graph_server=None, speedup={}, pss_sum_over_one=None,
+    )  # fmt: skip
+    text = markdown(report)
+    assert "| replicas | clients | replicas | Ray proxy | cores busy |" in text and "| 2 | 16 | 150.0 | 12.5 | 1.90 |" in text
