@@ -136,27 +136,27 @@ class _EncodedMessages:
     Why: a LangGraph node's inputs are the whole state, so one question's scratchpad (tool results with their
     artifacts) is encoded again for every node it passes; converting those messages was most of what tracing
     cost a question. A message is taken as unchanged while it and its content, tool calls and artifact are the
-    same objects (LangGraph's reducers add or replace messages, they do not edit them). Bounded: the oldest
-    entries go first; an entry holds its message, so an id is not reused while it is cached."""
+    same objects (LangGraph's reducers add or replace messages, they do not edit them); an entry holds all four,
+    so no id among them is reused while it is cached. Bounded: the oldest entries go first."""
 
     def __init__(self, size: int, encode: Callable[[Any], Any] | None) -> None:
         self.size = size
         self.encode = encode
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[tuple[Any, ...], Any]] = OrderedDict()
 
     def get(self, msg: Any) -> Any:
         if self.encode is None:  # the stdlib encoder has no way to splice encoded JSON in
             return _message_dict(msg)
-        key = (id(msg), id(getattr(msg, "content", None)), id(getattr(msg, "tool_calls", None)),
-               id(getattr(msg, "artifact", None)))  # fmt: skip
+        parts = (msg, getattr(msg, "content", None), getattr(msg, "tool_calls", None), getattr(msg, "artifact", None))
         with self._lock:
-            held = self._entries.get(key)
-        if held is not None and held[0] is msg:
+            held = self._entries.get(id(msg))
+        if held is not None and all(a is b for a, b in zip(held[0], parts, strict=True)):
             return held[1]
         encoded = self.encode(_message_dict(msg))  # raises what the encoder refuses: the payload takes the careful path
         with self._lock:
-            self._entries[key] = (msg, encoded)
+            self._entries[id(msg)] = (parts, encoded)
+            self._entries.move_to_end(id(msg))
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return encoded
