@@ -134,8 +134,8 @@ class _EncodedMessages:
     """Each chat message's JSON, encoded once and spliced into every payload that holds it.
 
     Why: a LangGraph node's inputs are the whole state, so one question's scratchpad (tool results with their
-    artifacts) is encoded again for every node it passes; converting those messages was most of what tracing
-    cost a question. A message is taken as unchanged while it and its content, tool calls and artifact are the
+    artifacts) is encoded again for every node it passes; converting those messages again at each node was about
+    a third of what tracing cost a question (measured on HPO). A message is taken as unchanged while it and its content, tool calls and artifact are the
     same objects (LangGraph's reducers add or replace messages, they do not edit them); an entry holds all four,
     so no id among them is reused while it is cached. Bounded: the oldest entries go first."""
 
