@@ -40,6 +40,8 @@ DEFAULT_MAX_DAYS = 30.0
 
 #: Size the WAL file is truncated to after each checkpoint.
 WAL_LIMIT_BYTES = 16 * 1024 * 1024
+#: A retention check truncates the WAL once it holds more than this share of the size limit.
+WAL_SHARE = 0.25
 
 
 def _db_fix(exc: BaseException) -> str:
@@ -170,12 +172,22 @@ class TraceStore:
                 if deleted:
                     self._conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page per result row: step them all
                     self._conn.commit()
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the deletes' WAL pages, given back
+                if deleted or (max_bytes and self._wal_bytes() > max_bytes * WAL_SHARE):
+                    # the deletes' WAL pages, or the rows written since the last checkpoint, given back: the WAL
+                    # otherwise grows to SQLite's automatic checkpoint (about 4 MB) whatever the size limit
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.rollback()
                 raise ConfigError(f"cannot prune trace database {self.path}: {exc}; {_db_fix(exc)}") from exc
         return deleted
+
+    def _wal_bytes(self) -> int:
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            return wal.stat().st_size
+        except OSError:
+            return 0
 
     def close(self) -> None:
         with self._lock:
