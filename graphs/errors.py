@@ -6,7 +6,18 @@ Every error a user can cause carries a message that names *what* is wrong and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+#: Problems a message lists before it counts the rest.
+SHOWN_PROBLEMS = 5
+
+
+def first_problems(problems: Sequence[str], shown: int = SHOWN_PROBLEMS) -> str:
+    """The first ``shown`` problems joined with "; ", then how many more there are: a message that names what is
+    wrong without listing a million of it."""
+    more = f"; and {len(problems) - shown} more" if len(problems) > shown else ""
+    return "; ".join(problems[:shown]) + more
 
 
 class SKBError(Exception):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from graphs.errors import LoaderError
+from graphs.errors import LoaderError, first_problems
 from graphs.skb.names import NAME_FIX, key_problem, name_problem
 from graphs.skb.storable import KEY_FIX, KEY_TRIMMED, PROPERTY_FIX, SHOWN, props_problem, store_key_problem
 
@@ -266,10 +266,9 @@ class SKB:
                 props.append(f"edge {edge.src[:40]!r} -[{edge.rel}]-> {edge.dst[:40]!r}: {problem}")
         found = keys + props
         if found:
-            more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
             raise LoaderError(
                 source,
-                f"{len(found)} key(s) or value(s) the graph store cannot hold exactly: {'; '.join(found[:SHOWN])}{more}",
+                f"{len(found)} key(s) or value(s) the graph store cannot hold exactly: {first_problems(found, SHOWN)}",
                 fix="; ".join(([KEY_FIX] if keys else []) + ([PROPERTY_FIX] if props else [])),
             )
 

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from graphs.errors import first_problems
 from graphs.store.props import quote_name
 
 SAMPLE_NODES = 256
@@ -157,8 +158,13 @@ def load_mismatches(
 
 
 def mismatch_message(wrong: Sequence[str], where: str) -> str:
-    more = f"; and {len(wrong) - SHOWN} more" if len(wrong) > SHOWN else ""
     return (
-        f"the graph loaded into {where} answers differently from the data: {'; '.join(wrong[:SHOWN])}{more}; the "
+        f"the graph loaded into {where} answers differently from the data: {first_problems(wrong, SHOWN)}; the "
         "store cannot hold these keys or values exactly: change them in the data and rebuild with `skb index --force`"
     )
+
+
+def keys_found(read: Read, by_label: dict[str, list[str]], union: bool = True) -> set[str]:
+    """The keys of ``by_label`` (label -> keys) that a keyed lookup finds, read as the check reads: in parts under
+    ROWS_PER_READ, several labels per round trip where the store runs ``UNION ALL``."""
+    return {str(row[0]) for part in _parts(by_label, lambda k: 1) for row in _read_by_label(read, union, part, "", "1")}

@@ -29,11 +29,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from graphs.errors import LoaderError
+from graphs.errors import LoaderError, first_problems
 from graphs.skb.model import SKB, Edge, Node
 
-#: Problems named in full in the refusal; the rest are counted.
-SHOWN_PROBLEMS = 5
 CHANGE_FIX = ("one JSON object per line: {\"op\": \"upsert\"|\"delete\", \"node\": {key, label, props}} or "
               "{\"op\": ..., \"edge\": {src, rel, dst, props}}; nothing was changed")
 
@@ -242,9 +240,7 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
         report.changed_edges.add(ident)
         report.applied["edge added" if old_edges is None else "edge replaced"] += 1
     if problems:
-        more = f"; and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
-        raise LoaderError(changes.source, f"{len(problems)} change(s) cannot apply: "
-                          f"{'; '.join(problems[:SHOWN_PROBLEMS])}{more}",
+        raise LoaderError(changes.source, f"{len(problems)} change(s) cannot apply: {first_problems(problems)}",
                           fix="correct or remove those lines; nothing was changed")
     report.changed_nodes -= report.deleted_nodes
     out = SKB(skb.name, skb.node_types.values())

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphs.errors import first_problems
 from graphs.skb.model import SKB, Edge
-from graphs.store.load_check import SHOWN, load_mismatches
+from graphs.store.load_check import SHOWN, keys_found, load_mismatches
 from graphs.store.props import batched, edge_row, node_row, quote_name, store_props
 
 #: Rows per UNWIND statement.
@@ -167,9 +168,8 @@ def patch_store(parent_dump: Path, data_dir: Path, old: SKB, new: SKB, touched: 
             node_rows, edge_rows = _rows_of(new, written)
             wrong = load_mismatches(store._read, node_rows, edge_rows, size=len(written) + 1)
         if wrong:
-            more = f"; and {len(wrong) - SHOWN} more" if len(wrong) > SHOWN else ""
             raise StoreError(f"the patched graph store answers differently from the changed graph: "
-                             f"{'; '.join(wrong[:SHOWN])}{more}; nothing was swapped in (the previous generation keeps "
+                             f"{first_problems(wrong, SHOWN)}; nothing was swapped in (the previous generation keeps "
                              "serving); build the changed data in full with `skb index --force`")
         store._after_load()
     if progress:
@@ -204,12 +204,9 @@ def _still_there(store: Any, old: SKB, new: SKB, touched: Collection[str]) -> li
     for key in sorted(touched):
         if key in old.nodes and key not in new.nodes:
             gone[old.nodes[key].label].append(key)
-    wrong = []
-    for label, keys in sorted(gone.items()):
-        for part in batched(keys, BATCH):
-            found = store._read(f"UNWIND $k AS k MATCH (n:{quote_name(label)} {{key: k}}) RETURN k", {"k": list(part)})
-            wrong += [f"the deleted node {str(row[0])[:60]!r} ({label}) is still found" for row in found]
-    return wrong
+    found = keys_found(store._read, gone)
+    return [f"the deleted node {key[:60]!r} ({label}) is still found"
+            for label, keys in sorted(gone.items()) for key in keys if key in found]
 
 
 def _rows_of(new: SKB, touched: Collection[str]) -> tuple[dict[str, list[dict[str, Any]]],
