@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.studies.process_cpu import processes
 from evals.studies.scale.generate import generate
 
 _STAGE = re.compile(r"^\[(\w+)\]")
@@ -42,21 +43,9 @@ def _tree_usage(root: int) -> tuple[int, float, int]:
     measures the neighbours as much as the build, while CPU time is the build's own cost."""
     children: dict[int, list[int]] = {}
     usage: dict[int, tuple[int, float]] = {}
-    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
-    ticks = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            ppid, pages = int(fields[1]), int(fields[21])
-            cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
-        except (OSError, IndexError, ValueError):
-            continue
-        pid = int(entry)
-        children.setdefault(ppid, []).append(pid)
-        usage[pid] = (pages * page_kib, cpu)
+    for pid, stat in processes().items():
+        children.setdefault(stat.ppid, []).append(pid)
+        usage[pid] = (stat.rss_kib, stat.cpu_s + stat.children_cpu_s)
     rss, cpu, largest, todo = 0, 0.0, 0, [root]
     while todo:
         pid = todo.pop()

@@ -41,6 +41,8 @@ def test_cpu_is_counted_per_role_from_proc_and_tabled_per_question() -> None:
 
     before = process_cpu.snapshot()
     assert os.getpid() in before
+    me = process_cpu.processes()[os.getpid()]
+    assert me.ppid == os.getppid() and me.rss_kib > 1024 and me.cpu_s > 0
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
     t = time.process_time()
     while time.process_time() - t < 0.2:
