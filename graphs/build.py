@@ -300,7 +300,8 @@ def build_index(
         keys = list(skb.nodes)
         labels = [skb.nodes[k].label for k in keys]
         t0 = time.perf_counter()
-        texts = [skb.node_text(k) for k in keys]
+        text_stage = getattr(engine, "node_texts", None)  # graphs.update: made only where read
+        texts = text_stage(skb, keys) if text_stage is not None else [skb.node_text(k) for k in keys]
         timings["texts"] = time.perf_counter() - t0
 
         params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef)

@@ -19,7 +19,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import Stemmer
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
+from graphs.index.bm25_terms import DocTerms, extend_vocab, score_matrix
 from graphs.index.meta import read_index_meta
 from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file
 
@@ -62,6 +63,9 @@ class BM25Index:
         self.stemmer_language = stemmer
         self.stopwords = stopwords
         self._retriever = retriever
+        #: Each document's term counts (``graphs.index.bm25_terms``): saved with the index for updates; None for
+        #: an index opened from disk (an update reads them from the files).
+        self.doc_terms: DocTerms | None = None
         self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
         # PyStemmer objects are not thread-safe; tokenisation is serialised, scoring is not.
         self._stem_lock = threading.Lock()
@@ -98,9 +102,62 @@ class BM25Index:
             raise ConfigError("BM25 build got duplicate keys -- node keys must be unique")
         stem = cls.make_stemmer(stemmer)
         tokens = bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=stem, show_progress=False, return_ids=True)
+        return cls.from_terms(list(keys), list(labels), dict(tokens.vocab), DocTerms.from_ids(tokens.ids),
+                              stemmer=stemmer, stopwords=stopwords, k1=k1, b=b)
+
+    @classmethod
+    def from_terms(
+        cls,
+        keys: list[str],
+        labels: list[str],
+        vocab: dict[str, int],
+        docs: DocTerms,
+        *,
+        stemmer: str | None,
+        stopwords: str | list[str] | None,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> BM25Index:
+        """The index of documents given as term counts over ``vocab`` (term -> id, ids 0..n-1): bm25s's scores
+        (``graphs.index.bm25_terms``), its retriever for queries, and the counts kept for updates."""
         retriever = bm25s.BM25(k1=k1, b=b)
-        retriever.index(tokens, show_progress=False)
-        return cls(list(keys), list(labels), retriever, stemmer=stemmer, stopwords=stopwords)
+        retriever.scores = score_matrix(docs, len(vocab), k1=k1, b=b)
+        retriever.nonoccurrence_array = None  # "lucene" has none
+        vocab = dict(vocab)
+        if "" not in vocab:  # as bm25s's index(): an id for the empty token, past the matrix's columns
+            vocab[""] = max(vocab.values(), default=-1) + 1
+        retriever.vocab_dict = vocab
+        retriever.unique_token_ids_set = set(vocab.values())
+        index = cls(list(keys), list(labels), retriever, stemmer=stemmer, stopwords=stopwords)
+        index.doc_terms = docs
+        return index
+
+    @classmethod
+    def patched(cls, parent_dir: Path, keys: list[str], labels: list[str], texts: Sequence[str],
+                retokenise: Collection[str]) -> BM25Index | None:
+        """The index of ``keys`` built from the parent generation's at ``parent_dir``: the documents of
+        ``retokenise`` and of keys the parent lacks are tokenised from ``texts`` (only those positions are
+        read), every other document's term counts are the parent's. The scores equal a fresh build's. None
+        where the parent keeps no term counts or used other settings: the caller builds it."""
+        parent_dir = Path(parent_dir)
+        docs = DocTerms.load(parent_dir)
+        if docs is None:
+            return None
+        parent = cls.load(parent_dir)
+        old = parent._retriever
+        if (old.k1, old.b, old.method) != (1.5, 0.75, "lucene") or len(docs) != len(parent.keys):
+            return None
+        row_of = {key: i for i, key in enumerate(parent.keys)}
+        fresh = [i for i, key in enumerate(keys) if key in retokenise or key not in row_of]
+        stem = cls.make_stemmer(parent.stemmer_language)
+        tokens = bm25s.tokenize([texts[i] for i in fresh], stopwords=parent.stopwords, stemmer=stem,
+                                show_progress=False, return_ids=False) if fresh else []
+        vocab, ids = extend_vocab(old.vocab_dict, [list(doc) for doc in tokens])
+        both = DocTerms.concat([docs, DocTerms.from_ids(ids)])
+        source = np.fromiter((row_of.get(key, -1) for key in keys), dtype=np.int64, count=len(keys))
+        source[fresh] = len(docs) + np.arange(len(fresh), dtype=np.int64)
+        return cls.from_terms(list(keys), list(labels), vocab, both.take(source), stemmer=parent.stemmer_language,
+                              stopwords=parent.stopwords)
 
     @classmethod
     def from_tokenized(
@@ -120,9 +177,8 @@ class BM25Index:
         if not keys or len(keys) != len(labels) or len(tokens.ids) != len(keys):
             raise ConfigError(f"BM25 got {len(keys)} keys, {len(labels)} labels and {len(tokens.ids)} tokenised "
                               "documents -- they must be aligned and not empty")
-        retriever = bm25s.BM25(k1=k1, b=b)
-        retriever.index(tokens, show_progress=False)
-        return cls(list(keys), list(labels), retriever, stemmer=stemmer, stopwords=stopwords)
+        return cls.from_terms(list(keys), list(labels), dict(tokens.vocab), DocTerms.from_ids(tokens.ids),
+                              stemmer=stemmer, stopwords=stopwords, k1=k1, b=b)
 
     @staticmethod
     def make_stemmer(language: str | None) -> Any:
@@ -193,6 +249,8 @@ class BM25Index:
         tmp.mkdir()
         try:
             self._retriever.save(str(tmp), show_progress=False)
+            if self.doc_terms is not None:
+                self.doc_terms.save(tmp)
             meta = {
                 "format": _FORMAT,
                 "stemmer": self.stemmer_language,

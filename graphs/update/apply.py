@@ -30,7 +30,7 @@ from graphs.build import BuildSummary, IndexConfig, StageProgress, build_index
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.manifest import Manifest
 from graphs.skb.model import SKB
-from graphs.update.changes import ChangeSet, apply_changes
+from graphs.update.changes import ChangeSet, apply_changes, stale_texts
 
 #: Change-set digests kept in the manifest (the newest last): a set applied again within them is a no-op.
 HISTORY = 1000
@@ -54,7 +54,8 @@ class UpdateSummary(BaseModel):
     hnsw: dict[str, int | bool] = Field(default_factory=dict)
     """How the parent's parts were reused: the HNSW graphs patched (elements written, marked deleted, graphs rebuilt
     past the deleted-slot threshold) or built (``patched`` false: a sharded index), and whether the phrase index
-    (``phrases_patched``) and the FalkorDB graph (``store_patched``) were patched rather than built."""
+    (``phrases_patched``), the BM25 index (``bm25_patched``) and the FalkorDB graph (``store_patched``) were
+    patched rather than built, and how many vectors were the parent's (``vectors_reused``)."""
     build: BuildSummary | None = None
 
 
@@ -166,14 +167,15 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         shards = len(manifest.extra.get("hnsw_shards") or []) or 1
         t0 = time.perf_counter()
         engine = PatchEngine(index_dir, report.changed_nodes | report.deleted_nodes, shards=shards, parent_skb=skb,
-                             changed_edges=report.changed_edges)
+                             changed_edges=report.changed_edges, stale_texts=stale_texts(changed, report))
         build = build_index(changed, index_dir, config, progress=progress, engine=engine,  # type: ignore[arg-type]
                             lineage=lineage)
         timings["build"] = time.perf_counter() - t0
         generation = Manifest.read(index_dir).generation
     patched = engine.report
     hnsw: dict[str, int | bool] = {"patched": patched is not None, "phrases_patched": engine.phrases_patched,
-                                   "store_patched": engine.store_patched}
+                                   "store_patched": engine.store_patched, "bm25_patched": engine.bm25_patched,
+                                   "vectors_reused": engine.reused_vectors}
     if patched is not None:
         hnsw |= {"written": sum(patched.written.values()), "marked_deleted": sum(patched.deleted.values()),
                  "graphs_rebuilt": len(patched.rebuilt)}

@@ -92,6 +92,8 @@ class ApplyReport:
     deleted_nodes: set[str] = field(default_factory=set)
     changed_edges: set[tuple[str, str, str]] = field(default_factory=set)
     """(src, rel, dst) of every edge upserted or deleted by a line (not those deleted with their node)."""
+    replaced_nodes: set[str] = field(default_factory=set)
+    """Nodes the parent had whose label or properties a line changed (their neighbours' texts may name them)."""
 
     @property
     def total_applied(self) -> int:
@@ -206,6 +208,8 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
             nodes[spec.key] = Node(spec.key, spec.label, dict(spec.props))
             report.deleted_nodes.discard(spec.key)
             report.changed_nodes.add(spec.key)
+            if old is not None:
+                report.replaced_nodes.add(spec.key)
             report.applied["node added" if old is None else "node replaced"] += 1
             continue
         assert change.edge is not None
@@ -243,6 +247,7 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
         raise LoaderError(changes.source, f"{len(problems)} change(s) cannot apply: {first_problems(problems)}",
                           fix="correct or remove those lines; nothing was changed")
     report.changed_nodes -= report.deleted_nodes
+    report.replaced_nodes -= report.deleted_nodes
     out = SKB(skb.name, skb.node_types.values())
     out.profile = skb.profile
     # the changed records are checked as a build checks every record (keys, names, storable values)
@@ -256,6 +261,23 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
     out.nodes = nodes
     out.edges = _edges_after(skb.edges, old_at, now)
     return out, report
+
+
+def stale_texts(skb: SKB, report: ApplyReport) -> set[str]:
+    """The nodes of the changed graph ``skb`` whose text may differ from the parent's: a node's text is made of
+    its own record, its edges (in order) and the records of the neighbours they lead to
+    (``SKB.node_text``), so it can change only for a node a line changed, added or touched with an edge
+    (``changed_nodes``, which holds the neighbours of deleted nodes) and for a neighbour of a node whose record
+    changed. Every other node keeps its text, so an update reuses what the parent derived from it."""
+    replaced = report.replaced_nodes
+    out = set(report.changed_nodes)
+    if replaced:
+        for edge in skb.edges:
+            if edge.src in replaced:
+                out.add(edge.dst)
+            elif edge.dst in replaced:
+                out.add(edge.src)
+    return out
 
 
 def _edges_after(edges: list[Edge], old_at: dict[Ident, list[int]], now: dict[Ident, list[Edge] | None]) -> list[Edge]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from graphs.manifest import HNSWParams
 
 if TYPE_CHECKING:
     from graphs.embedding.base import Embedder
+    from graphs.engine.local import EmbedderSpec
+    from graphs.index.bm25 import BM25Index
     from graphs.index.phrases import PhraseIndex
     from graphs.skb.model import SKB
 
@@ -135,6 +137,26 @@ def _patch_one(
     return graph, 0
 
 
+class NodeTexts(Sequence[str]):
+    """The node texts of ``keys`` in ``skb``, each made when read (``SKB.node_text``)."""
+
+    def __init__(self, skb: SKB, keys: Sequence[str]) -> None:
+        self.skb = skb
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self.skb.node_text(key) for key in self.keys[i]]
+        return self.skb.node_text(self.keys[i])
+
+
 class PatchEngine:
     """The in-process build engine (``graphs.engine.LocalEngine``) whose HNSW stage patches the parent
     generation's graphs (``patch_hnsw``); everything else, and an index it cannot patch, as a build does."""
@@ -142,10 +164,13 @@ class PatchEngine:
     name = "local"
 
     def __init__(self, parent: Path, changed: Collection[str], shards: int = 1, parent_skb: SKB | None = None,
-                 changed_edges: Collection[tuple[str, str, str]] = ()) -> None:
+                 changed_edges: Collection[tuple[str, str, str]] = (),
+                 stale_texts: Collection[str] | None = None) -> None:
         """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted;
         ``parent_skb`` and ``changed_edges`` (src, rel, dst upserted or deleted): for patching the parent's graph
-        store (without the parent's graph it is loaded)."""
+        store (without the parent's graph it is loaded); ``stale_texts``: the nodes whose text may differ from
+        the parent's (``changes.stale_texts``): every other node's vector and BM25 terms are the parent's, and
+        its text is never made (None: every text is made and embedded through the cache)."""
         from graphs.engine import LocalEngine
 
         self.local = LocalEngine(shards=shards)
@@ -156,8 +181,58 @@ class PatchEngine:
         self.parent_hnsw = parent / "hnsw"
         self.parent_phrases = parent / "phrases"
         self.changed = changed
+        self.stale_texts = stale_texts
         self.report: PatchReport | None = None
         self.phrases_patched = False
+        self.reused_vectors = 0
+        self.bm25_patched = False
+        self._parent_index: HNSWIndex | None = None
+
+    def _parent(self) -> HNSWIndex | None:
+        """The parent's HNSW index, read once for the embedding and HNSW stages; None where it cannot be patched
+        (sharded, or absent)."""
+        if self._parent_index is None and self.local.shards == 1 and (self.parent_hnsw / "ids.json").is_file():
+            self._parent_index = HNSWIndex.load(self.parent_hnsw)
+        return self._parent_index
+
+    def node_texts(self, skb: SKB, keys: Sequence[str]) -> Sequence[str]:
+        """The texts stage of ``graphs.build``: made on demand, so a stage that reuses the parent's work for the
+        nodes outside ``stale_texts`` never makes theirs."""
+        return NodeTexts(skb, keys)
+
+    def embed(self, embedder: Embedder, spec: EmbedderSpec, texts: Sequence[str], *, chunk: int,
+              progress: Callable[[int, int], None] | None) -> np.ndarray:
+        """The embedding stage: the parent's vector for every node outside ``stale_texts`` (the same text gave
+        it), the embedder (through its cache) for the rest."""
+        from graphs.embedding.embedder import embed_all
+
+        parent = self._parent() if self.stale_texts is not None and isinstance(texts, NodeTexts) else None
+        if parent is None or parent.dim != embedder.dim or parent.sharded:
+            return self.local.embed(embedder, spec, texts, chunk=chunk, progress=progress)
+        assert isinstance(texts, NodeTexts) and self.stale_texts is not None
+        known = set(parent.keys)
+        stale = self.stale_texts
+        reuse = [i for i, key in enumerate(texts.keys) if key in known and key not in stale]
+        todo = [i for i, key in enumerate(texts.keys) if key not in known or key in stale]
+        vectors = np.empty((len(texts), embedder.dim), dtype=np.float32)
+        if reuse:
+            vectors[reuse] = parent.vectors([texts.keys[i] for i in reuse])
+        if todo:
+            vectors[todo] = embed_all(embedder, [texts[i] for i in todo], chunk=chunk, progress=progress)
+        self.reused_vectors = len(reuse)
+        return vectors
+
+    def bm25(self, keys: list[str], labels: list[str], texts: Sequence[str]) -> BM25Index:
+        """The BM25 stage: the parent's term counts for every node outside ``stale_texts``
+        (``BM25Index.patched``), else built."""
+        from graphs.index.bm25 import BM25Index
+
+        if self.stale_texts is not None:
+            patched = BM25Index.patched(self.parent_dir / "bm25", keys, labels, texts, self.stale_texts)
+            if patched is not None:
+                self.bm25_patched = True
+                return patched
+        return self.local.bm25(keys, labels, texts)
 
     def phrase_index(self, skb: SKB, embedder: Embedder, *, batch: int = 512,
                      progress: Callable[[int, int], None] | None = None) -> PhraseIndex | None:
@@ -186,8 +261,10 @@ class PatchEngine:
 
     def hnsw(self, keys: list[str], labels: list[str], vectors: np.ndarray, params: HNSWParams,
              out: Path) -> tuple[HNSWIndex, dict[str, str]]:
-        if self.local.shards == 1 and (self.parent_hnsw / "ids.json").is_file():
-            patched = patch_hnsw(HNSWIndex.load(self.parent_hnsw), keys, labels, vectors, params, threads=2)
+        parent = self._parent()
+        if parent is not None:
+            self._parent_index = None  # patched in place: no later stage reads it
+            patched = patch_hnsw(parent, keys, labels, vectors, params, threads=2)
             if patched is not None:
                 index, self.report = patched
                 return index, index.save(out)

@@ -98,3 +98,40 @@ def test_a_change_that_cannot_apply_refuses_the_whole_set(line: dict[str, Any], 
 def test_an_empty_change_set_is_refused() -> None:
     with pytest.raises(LoaderError, match="no change"):
         parse_changes(b"\n\n")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_node_whose_text_changes_is_named_stale(seed: int) -> None:
+    """The update reuses the parent's vectors and BM25 terms of every node outside ``stale_texts``: whatever a
+    change set does, a node whose text differs from the parent's must be in it."""
+    import random
+
+    from graphs.skb.model import NeighborText
+    from graphs.update.changes import stale_texts
+
+    skb = catalog_skb()
+    rels = sorted({e.rel for e in skb.edges})
+    for ntype in skb.node_types.values():  # every text names its neighbours, both ways, by every relation
+        ntype.neighbor_text = [NeighborText(rel=rel, direction=way, title=f"{rel} {way}", max_items=3)  # type: ignore[arg-type]
+                               for rel in rels for way in ("out", "in")]
+    rng = random.Random(seed)
+    keys = sorted(skb.nodes)
+    lines: list[dict[str, Any]] = []
+    for key in rng.sample(keys, 3):  # renamed: the texts of its neighbours name it
+        node = skb.nodes[key]
+        lines.append({"op": "upsert", "node": {"key": key, "label": node.label,
+                                               "props": {**node.props, "name": f"renamed {key}"}}})
+    gone = rng.choice([k for k in keys if k not in {line["node"]["key"] for line in lines}])
+    lines.append({"op": "delete", "node": {"key": gone}})
+    edge = rng.choice([e for e in skb.edges if gone not in (e.src, e.dst)])
+    lines.append({"op": "delete", "edge": {"src": edge.src, "rel": edge.rel, "dst": edge.dst}})
+    model = rng.choice([n for n in skb.nodes.values() if n.key != gone])
+    lines.append({"op": "upsert", "node": {"key": "NEW", "label": model.label, "props": {"name": "new one"}}})
+    other = rng.choice([e for e in skb.edges if gone not in (e.src, e.dst)])
+    lines.append({"op": "upsert", "edge": {"src": other.src, "rel": other.rel, "dst": "NEW" if
+                                           skb.nodes[other.dst].label == model.label else other.dst}})
+    changed, report = apply_changes(skb, parse_changes("\n".join(json.dumps(x) for x in lines).encode()))
+    stale = stale_texts(changed, report)
+    differ = {key for key in changed.nodes if key not in skb.nodes or changed.node_text(key) != skb.node_text(key)}
+    assert differ and differ <= stale
+    assert len(stale) < len(changed.nodes)  # and not simply every node

@@ -116,10 +116,18 @@ def test_cli_update_needs_an_index_and_takes_no_dataset(tmp_path: Path) -> None:
 
 def test_an_update_equals_a_rebuild_of_the_changed_data(tmp_path: Path) -> None:
     updated = build(catalog_skb(), tmp_path / "updated")
-    update_index(updated, parse_changes(write_changes(tmp_path / "c.jsonl", CHANGES).read_bytes()))
+    summary = update_index(updated, parse_changes(write_changes(tmp_path / "c.jsonl", CHANGES).read_bytes()))
+    # the nodes no change reaches keep the parent's vectors and BM25 terms; the renamed category's neighbours,
+    # whose texts name it, are made again
+    assert summary.hnsw["bm25_patched"] and 0 < int(summary.hnsw["vectors_reused"]) < len(catalog_skb().nodes) - 2
     rebuilt = build(changed_by_hand(), tmp_path / "rebuilt")
     with IndexBundle.open(updated) as a, IndexBundle.open(rebuilt) as b:
         assert list(a.skb.nodes) == list(b.skb.nodes)
+        keys = list(b.skb.nodes)
+        # equal up to the float noise of embedding a text in another batch
+        assert abs(a.hnsw.vectors(keys) - b.hnsw.vectors(keys)).max() < 1e-6
+        for question in QUESTIONS:
+            assert (a.bm25.scores(question) == b.bm25.scores(question)).all()
         for question in QUESTIONS:
             for mode in ("bm25", "vss", "hybrid"):
                 got = [(h.key, round(h.score, 5)) for h in a.search(question, mode=mode, k=20)]  # type: ignore[arg-type]
