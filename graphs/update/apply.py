@@ -54,8 +54,8 @@ class UpdateSummary(BaseModel):
     hnsw: dict[str, int | bool] = Field(default_factory=dict)
     """How the parent's parts were reused: the HNSW graphs patched (elements written, marked deleted, graphs rebuilt
     past the deleted-slot threshold) or built (``patched`` false: a sharded index), and whether the phrase index
-    (``phrases_patched``), the BM25 index (``bm25_patched``) and the FalkorDB graph (``store_patched``) were
-    patched rather than built, and how many vectors were the parent's (``vectors_reused``)."""
+    (``phrases_patched``), the BM25 index (``bm25_patched``), the compact SKB's arrays (``compact_patched``) and
+    the FalkorDB graph (``store_patched``) were patched rather than built, and how many vectors were the parent's (``vectors_reused``)."""
     build: BuildSummary | None = None
 
 
@@ -167,7 +167,8 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         shards = len(manifest.extra.get("hnsw_shards") or []) or 1
         t0 = time.perf_counter()
         engine = PatchEngine(index_dir, report.changed_nodes | report.deleted_nodes, shards=shards, parent_skb=skb,
-                             changed_edges=report.changed_edges, stale_texts=stale_texts(changed, report))
+                             changed_edges=report.changed_edges, stale_texts=stale_texts(changed, report),
+                             edge_source=report.edge_source)
         build = build_index(changed, index_dir, config, progress=progress, engine=engine,  # type: ignore[arg-type]
                             lineage=lineage)
         timings["build"] = time.perf_counter() - t0
@@ -175,6 +176,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
     patched = engine.report
     hnsw: dict[str, int | bool] = {"patched": patched is not None, "phrases_patched": engine.phrases_patched,
                                    "store_patched": engine.store_patched, "bm25_patched": engine.bm25_patched,
+                                   "compact_patched": engine.compact_patched,
                                    "vectors_reused": engine.reused_vectors}
     if patched is not None:
         hnsw |= {"written": sum(patched.written.values()), "marked_deleted": sum(patched.deleted.values()),

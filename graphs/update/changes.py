@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graphs.errors import LoaderError, first_problems
@@ -92,6 +93,8 @@ class ApplyReport:
     deleted_nodes: set[str] = field(default_factory=set)
     changed_edges: set[tuple[str, str, str]] = field(default_factory=set)
     """(src, rel, dst) of every edge upserted or deleted by a line (not those deleted with their node)."""
+    edge_source: np.ndarray | None = None
+    """Each edge of the result's position in the parent's edge list (-1: upserted by a line)."""
     replaced_nodes: set[str] = field(default_factory=set)
     """Nodes the parent had whose label or properties a line changed (their neighbours' texts may name them)."""
 
@@ -259,7 +262,7 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
     probe.edges = [edge for edges in now.values() if edges for edge in edges]
     probe.check_storable(changes.source)
     out.nodes = nodes
-    out.edges = _edges_after(skb.edges, old_at, now)
+    out.edges, report.edge_source = _edges_after(skb.edges, old_at, now)
     return out, report
 
 
@@ -280,8 +283,10 @@ def stale_texts(skb: SKB, report: ApplyReport) -> set[str]:
     return out
 
 
-def _edges_after(edges: list[Edge], old_at: dict[Ident, list[int]], now: dict[Ident, list[Edge] | None]) -> list[Edge]:
-    """The parent's edge list with the changed (src, rel, dst) replaced in place, and the new ones appended."""
+def _edges_after(edges: list[Edge], old_at: dict[Ident, list[int]],
+                 now: dict[Ident, list[Edge] | None]) -> tuple[list[Edge], np.ndarray]:
+    """The parent's edge list with the changed (src, rel, dst) replaced in place, and the new ones appended;
+    and each edge's position in the parent's list (-1: a new record)."""
     replace: dict[int, list[Edge]] = {}
     for ident, current in now.items():
         at = old_at.get(ident)
@@ -289,11 +294,16 @@ def _edges_after(edges: list[Edge], old_at: dict[Ident, list[int]], now: dict[Id
             replace.update({i: [] for i in at})
             replace[at[0]] = current or []
     out: list[Edge] = []
+    source: list[np.ndarray] = []
     start = 0
     for i in sorted(replace):
         out.extend(edges[start:i])
         out.extend(replace[i])
+        source += [np.arange(start, i, dtype=np.int64), np.full(len(replace[i]), -1, dtype=np.int64)]
         start = i + 1
     out.extend(edges[start:])
-    out.extend(edge for ident, current in now.items() if ident not in old_at for edge in current or ())
-    return out
+    source.append(np.arange(start, len(edges), dtype=np.int64))
+    added = [edge for ident, current in now.items() if ident not in old_at for edge in current or ()]
+    out.extend(added)
+    source.append(np.full(len(added), -1, dtype=np.int64))
+    return out, np.concatenate(source)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from graphs.engine.local import EmbedderSpec
     from graphs.index.bm25 import BM25Index
     from graphs.index.phrases import PhraseIndex
+    from graphs.skb.compact_write import EdgePart, NodePart
     from graphs.skb.model import SKB
 
 #: A graph whose marked-deleted slots exceed this share of its live elements is rebuilt from its vectors.
@@ -165,12 +166,13 @@ class PatchEngine:
 
     def __init__(self, parent: Path, changed: Collection[str], shards: int = 1, parent_skb: SKB | None = None,
                  changed_edges: Collection[tuple[str, str, str]] = (),
-                 stale_texts: Collection[str] | None = None) -> None:
+                 stale_texts: Collection[str] | None = None, edge_source: np.ndarray | None = None) -> None:
         """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted;
         ``parent_skb`` and ``changed_edges`` (src, rel, dst upserted or deleted): for patching the parent's graph
         store (without the parent's graph it is loaded); ``stale_texts``: the nodes whose text may differ from
         the parent's (``changes.stale_texts``): every other node's vector and BM25 terms are the parent's, and
-        its text is never made (None: every text is made and embedded through the cache)."""
+        its text is never made (None: every text is made and embedded through the cache); ``edge_source``:
+        each edge's position in the parent's list (``ApplyReport.edge_source``)."""
         from graphs.engine import LocalEngine
 
         self.local = LocalEngine(shards=shards)
@@ -182,10 +184,12 @@ class PatchEngine:
         self.parent_phrases = parent / "phrases"
         self.changed = changed
         self.stale_texts = stale_texts
+        self.edge_source = edge_source
         self.report: PatchReport | None = None
         self.phrases_patched = False
         self.reused_vectors = 0
         self.bm25_patched = False
+        self.compact_patched = False
         self._parent_index: HNSWIndex | None = None
 
     def _parent(self) -> HNSWIndex | None:
@@ -255,6 +259,18 @@ class PatchEngine:
         self.store_patched = patch_store(self.parent_dir / GRAPH_FILE, data_dir, self.parent_skb, skb, self.changed,
                                          self.changed_edges, progress=progress)
         return self.store_patched
+
+    def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
+        """The compact SKB's arrays taken from the parent's for every record the change set left as it was
+        (``graphs.update.compact_patch``); None: ``write_compact`` makes them all."""
+        from graphs.skb.compact import COMPACT_DIR
+        from graphs.update.compact_patch import patch_compact_parts
+
+        if self.parent_skb is None:
+            return None
+        parts = patch_compact_parts(self.parent_dir / "skb" / COMPACT_DIR, self.parent_skb, skb, self.edge_source)
+        self.compact_patched = parts is not None
+        return parts
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)
