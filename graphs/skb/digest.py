@@ -40,12 +40,57 @@ def code_digest(*objects: Any) -> str:
         for obj in objects:
             if dataclasses.is_dataclass(obj) and isinstance(obj, type):
                 parts.append(obj.__name__ + repr([(f.name, str(f.type)) for f in dataclasses.fields(obj)]))
-            elif inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+            elif inspect.isclass(obj):
+                parts.append(class_source(obj))
+            elif inspect.isfunction(obj) or inspect.ismethod(obj):
                 parts.append(inspect.getsource(obj))
             else:
                 parts.append(repr(obj))
         digest = _DIGESTS[key] = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
         return digest
+
+
+_CLASS_LINES: dict[str, dict[str, int]] = {}
+
+
+def _class_lines(path: str, lines: list[str]) -> dict[str, int]:
+    """Every class of a module by qualified name -> its first line (a decorator's, if any; from 0), as
+    ``inspect`` finds one class at a time, but from one parse of the module."""
+    import ast
+
+    found = _CLASS_LINES.get(path)
+    if found is None:
+        found = {}
+
+        def visit(node: ast.AST, stack: list[str]) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ClassDef):
+                    name = ".".join([*stack, child.name])
+                    first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+                    found.setdefault(name, first - 1)
+                    visit(child, [*stack, child.name])
+                elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    visit(child, [*stack, child.name, "<locals>"])
+                else:
+                    visit(child, stack)
+
+        visit(ast.parse("".join(lines)), [])
+        _CLASS_LINES[path] = found
+    return found
+
+
+def class_source(cls: type) -> str:
+    """``inspect.getsource(cls)``, with the module parsed once for all its classes instead of once a class
+    (a digest of several classes of one module parsed it for each)."""
+    import inspect
+    import linecache
+
+    path = inspect.getsourcefile(cls)
+    lines = linecache.getlines(path) if path else []
+    first = _class_lines(path, lines).get(cls.__qualname__) if path and lines else None
+    if first is None:
+        return inspect.getsource(cls)
+    return "".join(inspect.getblock(lines[first:]))
 
 
 def schema_digest() -> str:

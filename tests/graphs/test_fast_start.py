@@ -438,3 +438,24 @@ def test_the_stored_statistics_do_not_change_with_the_hash_seed(tmp_path: Path) 
     assert any(p.name.startswith("lexicon") for p in written)
     assert written == sorted(p.relative_to(tmp_path / "2") for p in (tmp_path / "2").rglob("*") if p.is_file())
     assert [p for p in written if (tmp_path / "1" / p).read_bytes() != (tmp_path / "2" / p).read_bytes()] == []
+
+
+def test_a_class_source_for_digests_is_what_inspect_gives() -> None:
+    """Digests read class sources from one parse per module; the text must stay ``inspect.getsource``'s, or
+    every stored table of every built index would be refused as computed by other code."""
+    import dataclasses
+    import inspect
+
+    import graphs.skb.model as model
+    from graphs.skb.digest import class_source
+
+    @dataclasses.dataclass
+    class Decorated:  # a class in a function, with a decorator
+        x: int = 1
+
+        class Inner:
+            pass
+
+    classes = [c for c in vars(model).values() if inspect.isclass(c) and c.__module__ == model.__name__]
+    for cls in [*classes, Decorated, Decorated.Inner]:
+        assert class_source(cls) == inspect.getsource(cls), cls
