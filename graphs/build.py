@@ -289,7 +289,8 @@ def build_index(
     try:
         t0 = time.perf_counter()
         skb.validate(source=f"dataset {config.dataset}")
-        write_jsonl(skb, tmp / "skb")
+        graph_lines = getattr(engine, "graph_lines", None)  # graphs.update: the parent's lines of unchanged records
+        write_jsonl(skb, tmp / "skb", lines=graph_lines(skb) if graph_lines is not None else None)
         timings["write_skb"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         report("fast_start", 0, 1)

@@ -26,7 +26,7 @@ import gc
 import gzip as gzip_mod
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -381,29 +381,57 @@ def record_line(obj: Any) -> bytes:
     return _dumps_line(obj)
 
 
-def write_jsonl(skb: SKB, directory: Path, gzip: bool = True) -> None:
+def node_line(node: Node) -> bytes:
+    """A node's line in the files: the nested form."""
+    return _dumps_line({"key": node.key, "label": node.label, "props": node.props})
+
+
+def edge_line(edge: Edge) -> bytes:
+    """An edge's line in the files: empty props are omitted."""
+    obj: dict[str, Any] = {"src": edge.src, "rel": edge.rel, "dst": edge.dst}
+    if edge.props:
+        obj["props"] = edge.props
+    return _dumps_line(obj)
+
+
+def record_lines(directory: Path, base: str) -> list[bytes] | None:
+    """The lines of ``base`` (``NODES`` or ``EDGES``, plain or gzipped) as written, one per record, without their
+    newlines; None where the file is absent."""
+    path = _pick(Path(directory), base, required=False)
+    if path is None:
+        return None
+    with _open_lines(path) as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def write_jsonl(skb: SKB, directory: Path, gzip: bool = True, *,
+                lines: tuple[Iterable[bytes], Iterable[bytes]] | None = None) -> None:
     """Write nodes, edges and schema, each file atomically; removes a stale other-variant file.
 
-    Nodes are written in the nested form; edges keep their order; empty props are omitted.
+    Nodes are written in the nested form; edges keep their order; empty props are omitted. ``lines``: the node
+    and edge lines (``record_line`` of each record, newline included) where the caller has them already
+    (``graphs.update`` takes an unchanged record's from the parent generation's files).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
 
     def node_lines() -> Iterator[bytes]:
         for node in skb.nodes.values():
-            yield _dumps_line({"key": node.key, "label": node.label, "props": node.props})
+            yield node_line(node)
 
     def edge_lines() -> Iterator[bytes]:
         for edge in skb.edges:
-            obj: dict[str, Any] = {"src": edge.src, "rel": edge.rel, "dst": edge.dst}
-            if edge.props:
-                obj["props"] = edge.props
-            yield _dumps_line(obj)
+            yield edge_line(edge)
 
     schema = schema_of(skb)
     try:
-        for base, lines in ((NODES, node_lines()), (EDGES, edge_lines())):
-            fname, data = _encode(base, lines, gzip)
+        made = lines if lines is not None else (node_lines(), edge_lines())
+        for base, records in ((NODES, made[0]), (EDGES, made[1])):
+            fname, data = _encode(base, iter(records), gzip)
             atomic_write_bytes(directory / fname, data)
             stale = directory / (base if gzip else f"{base}.gz")
             if stale.exists():

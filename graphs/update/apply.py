@@ -54,8 +54,9 @@ class UpdateSummary(BaseModel):
     hnsw: dict[str, int | bool] = Field(default_factory=dict)
     """How the parent's parts were reused: the HNSW graphs patched (elements written, marked deleted, graphs rebuilt
     past the deleted-slot threshold) or built (``patched`` false: a sharded index), and whether the phrase index
-    (``phrases_patched``), the BM25 index (``bm25_patched``), the compact SKB's arrays (``compact_patched``) and
-    the FalkorDB graph (``store_patched``) were patched rather than built, and how many vectors were the parent's (``vectors_reused``)."""
+    (``phrases_patched``), the BM25 index (``bm25_patched``), the compact SKB's arrays (``compact_patched``), the
+    graph files' lines (``lines_reused``) and the FalkorDB graph (``store_patched``) were patched rather than
+    built, and how many vectors were the parent's (``vectors_reused``)."""
     build: BuildSummary | None = None
 
 
@@ -176,7 +177,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
     patched = engine.report
     hnsw: dict[str, int | bool] = {"patched": patched is not None, "phrases_patched": engine.phrases_patched,
                                    "store_patched": engine.store_patched, "bm25_patched": engine.bm25_patched,
-                                   "compact_patched": engine.compact_patched,
+                                   "compact_patched": engine.compact_patched, "lines_reused": engine.lines_reused,
                                    "vectors_reused": engine.reused_vectors}
     if patched is not None:
         hnsw |= {"written": sum(patched.written.values()), "marked_deleted": sum(patched.deleted.values()),

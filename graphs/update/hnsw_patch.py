@@ -190,6 +190,7 @@ class PatchEngine:
         self.reused_vectors = 0
         self.bm25_patched = False
         self.compact_patched = False
+        self.lines_reused = False
         self._parent_index: HNSWIndex | None = None
 
     def _parent(self) -> HNSWIndex | None:
@@ -259,6 +260,17 @@ class PatchEngine:
         self.store_patched = patch_store(self.parent_dir / GRAPH_FILE, data_dir, self.parent_skb, skb, self.changed,
                                          self.changed_edges, progress=progress)
         return self.store_patched
+
+    def graph_lines(self, skb: SKB) -> tuple[list[bytes], list[bytes]] | None:
+        """The graph files' node and edge lines, the parent's for every record the change set left alone
+        (``graphs.update.jsonl_patch``); None: ``write_jsonl`` encodes them all."""
+        from graphs.update.jsonl_patch import spliced_lines
+
+        if self.parent_skb is None:
+            return None
+        lines = spliced_lines(self.parent_dir / "skb", self.parent_skb, skb, self.edge_source)
+        self.lines_reused = lines is not None
+        return lines
 
     def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
         """The compact SKB's arrays taken from the parent's for every record the change set left as it was

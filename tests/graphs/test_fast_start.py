@@ -446,7 +446,7 @@ def test_a_class_source_for_digests_is_what_inspect_gives() -> None:
     import dataclasses
     import inspect
 
-    import graphs.skb.model as model
+    from graphs.skb import model
     from graphs.skb.digest import class_source
 
     @dataclasses.dataclass

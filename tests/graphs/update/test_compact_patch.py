@@ -1,4 +1,4 @@
-"""The compact SKB's arrays patched from the parent's equal the arrays made from the changed graph."""
+"""The compact SKB's arrays and the graph files patched from the parent's equal those made from the changed graph."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from graphs.loaders.jsonl import write_jsonl
 from graphs.skb.compact_write import compact_edges, compact_names, compact_nodes, write_compact
 from graphs.skb.model import Edge
 from graphs.update import apply_changes, parse_changes
 from graphs.update.compact_patch import patch_compact_parts
+from graphs.update.jsonl_patch import spliced_lines
 from tests.small_graphs import catalog_skb
 
 
@@ -46,6 +48,15 @@ def test_patched_arrays_equal_the_arrays_made_afresh(tmp_path: Path) -> None:
         else:
             assert np.array_equal(got, want) and got.dtype == want.dtype
     assert gone_rel not in rels and rels != json.loads((tmp_path / "compact" / "meta.json").read_text())["rels"]
+
+    write_jsonl(parent, tmp_path / "parent")
+    lines = spliced_lines(tmp_path / "parent", parent, changed, report.edge_source)
+    assert lines is not None
+    write_jsonl(changed, tmp_path / "spliced", lines=lines)
+    write_jsonl(changed, tmp_path / "made")
+    for name in ("nodes.jsonl.gz", "edges.jsonl.gz", "schema.json"):
+        assert (tmp_path / "spliced" / name).read_bytes() == (tmp_path / "made" / name).read_bytes()
+    assert spliced_lines(tmp_path / "parent", parent, changed, None) is None
 
 
 def test_arrays_of_another_graph_are_not_used(tmp_path: Path) -> None:
