@@ -12,6 +12,7 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,27 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:80] or "model"
 
 
+class _LostShard(Exception):
+    """A shard whose digests were read could not be read for its vectors (removed by a concurrent compaction,
+    or damaged)."""
+
+    def __init__(self, part: int) -> None:
+        super().__init__(part)
+        self.part = part
+
+
+@dataclass
+class _Part:
+    """Rows [start, start + count) of the cache: a shard's (its digests, its file, its vectors once read) or
+    vectors embedded in this process."""
+
+    start: int
+    count: int
+    keys: list[bytes]
+    path: Path | None
+    vectors: np.ndarray | None = None
+
+
 class CachedEmbedder:
     """Wraps an embedder with an on-disk cache keyed by sha256(model identity, text); the identity is the
     hash of the model's files where the embedder knows it (``content_sha256``: a tuned encoder), so a model
@@ -44,8 +66,11 @@ class CachedEmbedder:
     are merged into one; the large ones are never rewritten (an update that
     embeds a few hundred texts would otherwise rewrite the whole cache).
 
-    In memory the vectors sit in one matrix grown in place (``_append``): a lookup
-    after each miss must not copy every cached vector again.
+    In memory the index holds every shard's digests, and a shard's vectors are read when
+    a text of it is first looked up: an update that looks up a few hundred changed
+    texts, mostly new, reads the digests (a few MB) instead of every cached vector
+    (hundreds of MB). New vectors are kept as parts of their own, so a lookup after a
+    miss copies nothing.
     """
 
     SHARD_ROWS = 4096
@@ -61,8 +86,8 @@ class CachedEmbedder:
         self.identity = f"{inner.model_name}#{content}" if content else inner.model_name
         self.root = Path(cache_dir) / (_slug(inner.model_name) + (f"-{content[:16]}" if content else ""))
         self._lock = threading.Lock()
-        self._index: dict[bytes, int] | None = None
-        self._matrix: np.ndarray | None = None  # rows [0, _rows) hold vectors; the rest is room to grow
+        self._index: dict[bytes, int] | None = None  # digest -> row; a part holds rows [start, start + count)
+        self._parts: list[_Part] = []
         self._rows = 0
         self.hits = 0
         self.misses = 0
@@ -89,47 +114,75 @@ class CachedEmbedder:
             return None
         return (keys, vecs) if vecs.ndim == 2 and len(keys) == len(vecs) else None
 
+    @staticmethod
+    def _read_keys(shard: Path) -> tuple[list[bytes], int] | None:
+        """(digests, vector dimension) of one shard, read without its vectors; None when gone or damaged."""
+        try:
+            with np.load(shard, allow_pickle=False) as data:
+                keys = data["keys"].tolist()
+                with data.zip.open("vectors.npy") as fh:
+                    version = np.lib.format.read_magic(fh)
+                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape = header(fh)[0]
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        return (keys, int(shape[1])) if len(shape) == 2 and shape[0] == len(keys) else None
+
     def _load(self) -> None:
         if self._index is not None:
             return
         index: dict[bytes, int] = {}
-        vectors: list[np.ndarray] = []
+        parts: list[_Part] = []
         rows = 0
+        dim: int | None = None
         for shard in self._shards():
-            read = self._read_shard(shard)
-            if read is None or (vectors and read[1].shape[1] != vectors[0].shape[1]):
+            read = self._read_keys(shard)
+            if read is None or (dim is not None and read[1] != dim):
                 continue
-            keys, vecs = read
+            keys, dim = read
             for i, key in enumerate(keys):
                 if key not in index:
                     index[key] = rows + i
-            vectors.append(vecs)
-            rows += len(vecs)
-        self._index = index
-        self._matrix = np.concatenate(vectors, axis=0) if vectors else None
-        self._rows = rows
-        if self._matrix is not None and self._matrix.shape[1] != self.inner.dim:
-            self._index = None
-            raise SKBError(f"embedding cache at {self.root} holds {self._matrix.shape[1]}-dimensional vectors but "
+            parts.append(_Part(rows, len(keys), keys, shard))
+            rows += len(keys)
+        if dim is not None and dim != self.inner.dim:
+            raise SKBError(f"embedding cache at {self.root} holds {dim}-dimensional vectors but "
                            f"{self.model_name!r} now gives {self.inner.dim} -- delete the cache directory")
+        self._index, self._parts, self._rows = index, parts, rows
 
     def _append(self, vecs: np.ndarray) -> int:
-        """Add rows to the in-memory matrix (growing it by a quarter when full); returns the first new row."""
-        first, end = self._rows, self._rows + len(vecs)
-        if self._matrix is None or end > len(self._matrix):
-            kept = self._matrix[:first] if self._matrix is not None and first else None
-            grown = np.empty((max(end, first + first // 4, 1024), vecs.shape[1]), dtype=np.float32)
-            if kept is not None:
-                grown[:first] = kept
-            self._matrix = grown
-        self._matrix[first:end] = vecs
-        self._rows = end
+        """Add rows as a part of their own (nothing copied); returns the first new row."""
+        first = self._rows
+        self._parts.append(_Part(first, len(vecs), [], None, vecs))
+        self._rows += len(vecs)
         return first
 
-    def _all(self) -> np.ndarray:
-        if self._matrix is None:
-            return np.zeros((0, 0), dtype=np.float32)
-        return self._matrix[: self._rows]
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows``, reading the shards they are in; ``_LostShard`` where one cannot be read."""
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        if not len(rows):
+            return out
+        starts = np.fromiter((part.start for part in self._parts), dtype=np.int64, count=len(self._parts))
+        which = np.searchsorted(starts, rows, side="right") - 1
+        for p in np.unique(which).tolist():
+            part = self._parts[p]
+            if part.vectors is None:
+                read = self._read_shard(part.path) if part.path is not None else None
+                if read is None or read[1].shape != (part.count, self.dim):
+                    raise _LostShard(p)
+                part.vectors = read[1]
+            at = which == p
+            out[at] = part.vectors[rows[at] - part.start]
+        return out
+
+    def _forget(self, p: int) -> None:
+        """Drop a shard that could not be read from the index: its texts are embedded again."""
+        assert self._index is not None
+        part = self._parts[p]
+        for i, key in enumerate(part.keys):
+            if self._index.get(key) == part.start + i:
+                del self._index[key]
 
     def _write_shard(self, keys: list[bytes], vectors: np.ndarray) -> None:
         buf = io.BytesIO()
@@ -159,15 +212,29 @@ class CachedEmbedder:
         with self._lock:
             self._load()
             assert self._index is not None
-            found = [(i, self._index.get(self._digest(self.identity, t))) for i, t in enumerate(items)]
-            hits = [(i, row) for i, row in found if row is not None]
+            digests = [self._digest(self.identity, t) for t in items]
+            while True:
+                found = [(i, self._index.get(d)) for i, d in enumerate(digests)]
+                hits = [(i, row) for i, row in found if row is not None]
+                rows = np.fromiter((row for _, row in hits), dtype=np.int64, count=len(hits))
+                try:
+                    vectors = self._gather(rows)
+                    break
+                except _LostShard as lost:
+                    self._forget(lost.part)
             self.hits += len(hits)
-            rows = np.fromiter((row for _, row in hits), dtype=np.int64, count=len(hits))
-            vectors = self._all()[rows] if len(hits) else np.zeros((0, self.dim), dtype=np.float32)
-        return [i for i, _ in hits], np.asarray(vectors, dtype=np.float32)
+        return [i for i, _ in hits], vectors
 
     def embed(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray:
         items = _check_texts(texts)
+        while True:
+            try:
+                return self._embed(items, progress)
+            except _LostShard as lost:
+                with self._lock:
+                    self._forget(lost.part)
+
+    def _embed(self, items: list[str], progress: Progress | None) -> np.ndarray:
         with self._lock:
             self._load()
             assert self._index is not None
@@ -179,7 +246,6 @@ class CachedEmbedder:
                     missing[digest] = text
             todo = list(missing.items())
             done = len(items) - len(todo)
-            self.hits += len(items) - len(todo)
             self.misses += len(todo)
             if progress is not None and done:
                 progress(done, len(items))
@@ -199,9 +265,9 @@ class CachedEmbedder:
                     progress(done + min(start + len(batch), len(todo)), len(items))
             if not items:
                 return np.zeros((0, self.dim), dtype=np.float32)
-            matrix = self._all()
             rows = np.fromiter((self._index[d] for d in digests), dtype=np.int64, count=len(digests))
-            result = matrix[rows]
+            result = self._gather(rows)
+            self.hits += done
         if sum(_size(p) < self.SMALL_SHARD_BYTES for p in self._shards()) > self.COMPACT_AT:
             self.compact()
         return np.ascontiguousarray(result, dtype=np.float32)

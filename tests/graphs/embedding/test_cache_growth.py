@@ -58,3 +58,23 @@ def test_compaction_merges_the_small_shards_and_leaves_the_large_one(tmp_path: P
     again = CachedEmbedder(counting, tmp_path).embed([*singles, "base 7"])
     assert counting.calls == []
     np.testing.assert_allclose(again, HashEmbedder(32).embed([*singles, "base 7"]), atol=1e-6)
+
+
+def test_a_lookup_reads_only_the_shards_it_hits_and_survives_a_lost_one(tmp_path: Path) -> None:
+    first = [f"first {i}" for i in range(50)]
+    second = [f"second {i}" for i in range(50)]
+    CachedEmbedder(_counting(), tmp_path).embed(first)
+    CachedEmbedder(_counting(), tmp_path).embed(second)
+    cache = CachedEmbedder(_counting(), tmp_path)
+    positions, vectors = cache.split_cached(["new text", first[3], first[7]])
+    assert positions == [1, 2]
+    np.testing.assert_allclose(vectors, HashEmbedder(32).embed([first[3], first[7]]), atol=1e-6)
+    assert sum(part.vectors is not None for part in cache._parts) == 1  # the other shard's vectors stay on disk
+    for shard in tmp_path.rglob("shard-*.npz"):  # the unread shard goes away (a concurrent compaction)
+        keys = CachedEmbedder._read_keys(shard)
+        if keys is not None and keys[0][0] == cache._digest(cache.identity, second[0]):
+            shard.unlink()
+    counting = cache.inner
+    got = cache.embed([second[1], first[3]])  # the lost shard's text is embedded again, the other served
+    assert counting.calls == [[second[1]]]  # type: ignore[attr-defined]
+    np.testing.assert_allclose(got, HashEmbedder(32).embed([second[1], first[3]]), atol=1e-6)
