@@ -207,8 +207,8 @@ class PatchEngine:
 
     def embed(self, embedder: Embedder, spec: EmbedderSpec, texts: Sequence[str], *, chunk: int,
               progress: Callable[[int, int], None] | None) -> np.ndarray:
-        """The embedding stage: the parent's vector for every node outside ``stale_texts`` (the same text gave
-        it), the embedder (through its cache) for the rest."""
+        """The embedding stage: the parent's vector for every node outside ``stale_texts`` and every stale node
+        whose text is the parent's (the same text gave it), the embedder (through its cache) for the rest."""
         from graphs.embedding.embedder import embed_all
 
         parent = self._parent() if self.stale_texts is not None and isinstance(texts, NodeTexts) else None
@@ -217,8 +217,14 @@ class PatchEngine:
         assert isinstance(texts, NodeTexts) and self.stale_texts is not None
         known = set(parent.keys)
         stale = self.stale_texts
-        reuse = [i for i, key in enumerate(texts.keys) if key in known and key not in stale]
-        todo = [i for i, key in enumerate(texts.keys) if key not in known or key in stale]
+        before = self.parent_skb
+
+        def same_text(i: int, key: str) -> bool:  # a stale node whose text came out as the parent's
+            return before is not None and key in before.nodes and before.node_text(key) == texts[i]
+
+        reuse = [i for i, key in enumerate(texts.keys) if key in known and (key not in stale or same_text(i, key))]
+        kept = set(reuse)
+        todo = [i for i in range(len(texts)) if i not in kept]
         vectors = np.empty((len(texts), embedder.dim), dtype=np.float32)
         if reuse:
             vectors[reuse] = parent.vectors([texts.keys[i] for i in reuse])
