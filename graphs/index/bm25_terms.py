@@ -26,6 +26,10 @@ from graphs.errors import IndexCorruptError
 
 __all__ = ["DocTerms", "extend_vocab", "score_matrix"]
 
+#: Documents counted at once, and matrix entries scored at once: bounds the temporary arrays on large corpora.
+CHUNK_DOCS = 65536
+CHUNK_ENTRIES = 1 << 22
+
 TERMS_FILE = "doc_terms.npy"
 COUNTS_FILE = "doc_counts.npy"
 PTR_FILE = "doc_ptr.npy"
@@ -44,7 +48,15 @@ class DocTerms:
 
     @classmethod
     def from_ids(cls, docs: Sequence[Sequence[int]]) -> DocTerms:
-        """From each document's token ids (repeats and any order; a tokeniser's output)."""
+        """From each document's token ids (repeats and any order; a tokeniser's output); counted
+        ``CHUNK_DOCS`` documents at a time, so the temporary arrays stay small on a large corpus."""
+        if len(docs) > CHUNK_DOCS:
+            return cls.concat(cls._from_ids(docs[start:start + CHUNK_DOCS])
+                              for start in range(0, len(docs), CHUNK_DOCS))
+        return cls._from_ids(docs)
+
+    @classmethod
+    def _from_ids(cls, docs: Sequence[Sequence[int]]) -> DocTerms:
         lengths = np.fromiter((len(doc) for doc in docs), dtype=np.int64, count=len(docs))
         flat = np.fromiter((t for doc in docs for t in doc), dtype=np.int64, count=int(lengths.sum()))
         doc_of = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)
@@ -143,8 +155,11 @@ def score_matrix(docs: DocTerms, n_vocab: int, *, k1: float, b: float) -> dict[s
     with np.errstate(divide="ignore", invalid="ignore"):  # every document empty: no entries to score
         norm = k1 * ((1 - b) + (b * lengths.astype(np.float64)) / avg_doc_len)
     doc_of = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(docs.ptr))
-    tf = docs.counts.astype(np.float32)
-    scores = (idf[docs.terms] * (tf / (norm[doc_of] + tf))).astype(np.float32)
+    scores = np.empty(len(docs.terms), dtype=np.float32)
+    for start in range(0, len(scores), CHUNK_ENTRIES):  # float64 temporaries of one chunk at a time
+        end = start + CHUNK_ENTRIES
+        tf = docs.counts[start:end].astype(np.float32)
+        scores[start:end] = idf[docs.terms[start:end]] * (tf / (norm[doc_of[start:end]] + tf))
     matrix = sp.csc_matrix((scores, (doc_of, docs.terms)), shape=(n_docs, n_vocab), dtype=np.float32)
     return {"data": matrix.data, "indices": matrix.indices.astype(np.int32), "indptr": matrix.indptr,
             "num_docs": n_docs}

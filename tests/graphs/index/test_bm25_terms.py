@@ -105,3 +105,19 @@ def test_rows_taken_and_joined() -> None:
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+def test_counting_and_scoring_in_chunks_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphs.index import bm25_terms
+
+    texts = corpus(300, 4)
+    keys = [f"n{i}" for i in range(len(texts))]
+    whole = BM25Index.build(keys, ["L"] * len(keys), texts)
+    monkeypatch.setattr(bm25_terms, "CHUNK_DOCS", 7)
+    monkeypatch.setattr(bm25_terms, "CHUNK_ENTRIES", 13)
+    chunked = BM25Index.build(keys, ["L"] * len(keys), texts)
+    assert whole.doc_terms is not None and chunked.doc_terms is not None
+    for name in ("ptr", "terms", "counts"):
+        assert np.array_equal(getattr(whole.doc_terms, name), getattr(chunked.doc_terms, name))
+    for name in ("data", "indices", "indptr"):
+        assert np.array_equal(whole._retriever.scores[name], chunked._retriever.scores[name])
