@@ -221,15 +221,17 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None)
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
     (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
     and the planner's statistics computed from it (``graphs.skb.state``)."""
-    from graphs.skb.compact import COMPACT_DIR, write_compact
+    from graphs.skb.compact import COMPACT_DIR, compact_arrays, write_compact
     from graphs.skb.state import STATE_DIR, precompute
 
     schema = skb.schema()  # scans every node and edge: once for both
     parts = engine.compact_parts(skb) if engine is not None else None
     write_compact(skb, skb_dir / COMPACT_DIR, schema, parts=parts)
     del parts
-    # from the SKB in memory (the compact arrays keep its node order, which the records refer to)
-    precompute(skb, skb_dir / STATE_DIR, schema)
+    # from the SKB in memory (the compact arrays keep its node order, which the records refer to), reading its
+    # label and edge id arrays from the compact files just written instead of building them from the records
+    with skb.arrays_fixed(*compact_arrays(skb_dir / COMPACT_DIR)):
+        precompute(skb, skb_dir / STATE_DIR, schema)
 
 
 def release_heap() -> None:

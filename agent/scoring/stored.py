@@ -67,7 +67,7 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
     labels = schema.label_names()
     position = {key: i for i, key in enumerate(node_keys(skb))}
     by_rel: dict[str, list[Any]] = defaultdict(list)
-    for edge in skb.edges:  # one pass; each computation below then reads only its relations' edges
+    for edge in () if skb.arrays_are_fixed else skb.edges:  # one pass; each hierarchy test reads its relations'
         by_rel[edge.rel].append(edge)
     hierarchies: dict[str, list[str] | None] = {}
     found: dict[str, Any] = {}
@@ -123,6 +123,8 @@ def _with_edges(skb: SKB, by_rel: dict[str, list[Any]], rels: set[str]) -> SKB:
     loop, so the order within each relation is all that matters). The models read ``GraphArrays``."""
     import copy
 
+    if skb.arrays_are_fixed:  # the whole graph's arrays cost nothing to read: a view would build its own
+        return skb
     view = copy.copy(skb)
     view.edges = [edge for rel in sorted(rels) for edge in by_rel.get(rel, ())]
     schema = schema_for(skb)

@@ -50,6 +50,7 @@ from graphs.skb.compact_write import (
     DENSE_EDGES,
     FORMAT,
     META_FILE,
+    compact_arrays,
     dense_groups,
     write_compact,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "META_FILE",
     "CompactSKB",
     "code_digest",
+    "compact_arrays",
     "dense_groups",
     "open_compact",
     "schema_digest",

@@ -130,6 +130,19 @@ def join_edges(parts: Sequence[EdgePart]) -> EdgePart:
     return EdgePart(ids("src"), ids("dst"), ids("rel"), blob, off)
 
 
+def compact_arrays(directory: Path) -> tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Label names, each node's label id, relation names and each edge's relation, source and destination ids, as
+    ``write_compact`` wrote them into ``directory`` (memory-mapped): what ``SKB.arrays_fixed`` takes."""
+    directory = Path(directory)
+    meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+
+    def load(name: str) -> np.ndarray:
+        return np.load(directory / f"{name}.npy", mmap_mode="r")
+
+    return (list(meta["labels"]), load("node_label"), list(meta["rels"]), load("edge_rel"), load("edge_src"),
+            load("edge_dst"))
+
+
 def compact_names(skb: SKB) -> tuple[list[str], list[str]]:
     """The label and relation names, sorted: the ids the arrays use are positions in these lists."""
     labels = sorted({node.label for node in skb.nodes.values()} | set(skb.node_types))

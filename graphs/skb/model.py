@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -192,6 +193,7 @@ class SKB:
         #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
         self.profile: Any = None
         self._checked_labels: set[str] = set()
+        self._arrays: tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- building -------------------------------------------------------------
     def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
@@ -356,14 +358,38 @@ class SKB:
         """Node keys in node order (the order of ``label_ids`` and ``edge_arrays``)."""
         return list(self.nodes)
 
+    @contextmanager
+    def arrays_fixed(self, labels: list[str], node_label: np.ndarray, rels: list[str], rel_ids: np.ndarray,
+                     src_ids: np.ndarray, dst_ids: np.ndarray) -> Iterator[SKB]:
+        """Within the block, ``label_ids`` and ``edge_arrays`` return these arrays instead of building them from
+        the records (the build has them as the compact graph's). Why: several index-time computations read them,
+        and building them per call costs seconds at millions of edges. The SKB must not change in the block."""
+        if len(node_label) != len(self.nodes) or not len(rel_ids) == len(src_ids) == len(dst_ids) == len(self.edges):
+            raise ValueError(f"arrays of {len(node_label)} nodes and {len(rel_ids)} edges for an SKB of "
+                             f"{len(self.nodes)} and {len(self.edges)}")
+        self._arrays = (labels, node_label, rels, rel_ids, src_ids, dst_ids)
+        try:
+            yield self
+        finally:
+            self._arrays = None
+
+    @property
+    def arrays_are_fixed(self) -> bool:
+        """Whether ``label_ids`` and ``edge_arrays`` return fixed arrays (``arrays_fixed``): cheap to call."""
+        return self._arrays is not None
+
     def label_ids(self) -> tuple[list[str], np.ndarray]:
         """Label names and the label id of every node (in node order)."""
+        if self._arrays is not None:
+            return self._arrays[0], self._arrays[1]
         labels = sorted({node.label for node in self.nodes.values()} | set(self.node_types))
         index = {label: i for i, label in enumerate(labels)}
         return labels, np.fromiter((index[n.label] for n in self.nodes.values()), dtype=np.int64, count=len(self.nodes))
 
     def edge_arrays(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
         """Relation names and the (rel id, src id, dst id) arrays of every edge (in edge order)."""
+        if self._arrays is not None:
+            return self._arrays[2], self._arrays[3], self._arrays[4], self._arrays[5]
         position = {key: i for i, key in enumerate(self.nodes)}
         rels = list(dict.fromkeys(e.rel for e in self.edges))
         rel_id = {rel: i for i, rel in enumerate(rels)}

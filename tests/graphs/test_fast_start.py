@@ -459,3 +459,32 @@ def test_a_class_source_for_digests_is_what_inspect_gives() -> None:
     classes = [c for c in vars(model).values() if inspect.isclass(c) and c.__module__ == model.__name__]
     for cls in [*classes, Decorated, Decorated.Inner]:
         assert class_source(cls) == inspect.getsource(cls), cls
+
+
+def test_stored_state_is_the_same_from_the_compact_arrays(tmp_path: Path) -> None:
+    """The build computes the stored state with the label and edge id arrays of the compact files it has just
+    written (``SKB.arrays_fixed``) instead of arrays built from the records: every file must come out equal."""
+    import numpy as np
+
+    from graphs.build import write_fast_start
+    from graphs.skb.compact import COMPACT_DIR, compact_arrays
+    from graphs.skb.state import STATE_DIR, precompute
+    from tests.small_graphs import catalog_skb
+
+    skb = catalog_skb()
+    write_fast_start(skb, tmp_path / "fixed")
+    precompute(skb, tmp_path / "plain")
+    fixed = sorted((tmp_path / "fixed" / STATE_DIR).iterdir())
+    assert fixed and [p.name for p in fixed] == sorted(p.name for p in (tmp_path / "plain").iterdir())
+    for path in fixed:
+        other = tmp_path / "plain" / path.name
+        if path.suffix == ".npy":
+            assert np.array_equal(np.load(path), np.load(other)), path.name
+        else:
+            assert path.read_bytes() == other.read_bytes(), path.name
+    arrays = compact_arrays(tmp_path / "fixed" / COMPACT_DIR)
+    with skb.arrays_fixed(*arrays):
+        assert skb.arrays_are_fixed and skb.edge_arrays()[1] is arrays[3]
+    assert not skb.arrays_are_fixed and skb.edge_arrays()[1] is not arrays[3]
+    with pytest.raises(ValueError, match="arrays of"), skb.arrays_fixed(*arrays[:5], arrays[5][:-1]):
+        pass
