@@ -316,4 +316,4 @@ def test_streamed_write_is_the_gzip_of_the_whole_text(tmp_path: Path) -> None:
     assert gzip.decompress(packed) == edges.replace(b'", "', b'","').replace(b'": "', b'":"')
     write_jsonl(skb, tmp_path / "plain", gzip=False)
     assert (tmp_path / "plain" / "edges.jsonl").read_bytes() == gzip.decompress(packed)
-    assert jsonl.GZIP_LEVEL == 6
+    assert jsonl.GZIP_LEVEL == 1
