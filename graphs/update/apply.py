@@ -136,7 +136,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
     apply (``LoaderError`` naming its lines), was applied before (``status="already applied"``) or changes
     nothing (``"unchanged"``)."""
     from graphs.loaders.jsonl import load_jsonl
-    from graphs.update.hnsw_patch import PatchEngine
+    from graphs.update.engine import PatchEngine
 
     index_dir = Path(index_dir)
     Manifest.read(index_dir)  # no index: the message says how to build one, before any lock file is made
