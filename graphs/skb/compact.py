@@ -495,6 +495,10 @@ class CompactSKB(SKB):
         return out
 
     # -- arrays for vectorised consumers --------------------------------------------------
+    @property
+    def arrays_are_fixed(self) -> bool:
+        return True  # the arrays are the compact files'
+
     def label_ids(self) -> tuple[list[str], np.ndarray]:
         """Label names and the label id of every node (in node order)."""
         return self._labels, self._node_label

@@ -181,6 +181,9 @@ def value_type_name(value: Any) -> str:
 class SKB:
     """An in-memory SKB; loaders build one, stores and indexes consume it."""
 
+    #: The arrays ``arrays_fixed`` holds (a class default: a subclass that stores its own need not set it).
+    _arrays: tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray] | None = None
+
     def __init__(self, name: str, node_types: Iterable[NodeType] = ()) -> None:
         self.name = name
         self.node_types: dict[str, NodeType] = {t.label: t for t in node_types}
@@ -193,7 +196,6 @@ class SKB:
         #: ``profiles.profile_for`` resolves and caches it. Typed loosely: the model must not import loaders.
         self.profile: Any = None
         self._checked_labels: set[str] = set()
-        self._arrays: tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- building -------------------------------------------------------------
     def add_node(self, node: Node, *, source: str = "<memory>", record: str | int | None = None) -> None:
@@ -375,7 +377,8 @@ class SKB:
 
     @property
     def arrays_are_fixed(self) -> bool:
-        """Whether ``label_ids`` and ``edge_arrays`` return fixed arrays (``arrays_fixed``): cheap to call."""
+        """Whether ``label_ids`` and ``edge_arrays`` return stored arrays (``arrays_fixed``, or a compact SKB's
+        own) rather than building them from the records: then they cost nothing to call."""
         return self._arrays is not None
 
     def label_ids(self) -> tuple[list[str], np.ndarray]:

@@ -467,7 +467,7 @@ def test_stored_state_is_the_same_from_the_compact_arrays(tmp_path: Path) -> Non
     import numpy as np
 
     from graphs.build import write_fast_start
-    from graphs.skb.compact import COMPACT_DIR, compact_arrays
+    from graphs.skb.compact import COMPACT_DIR, compact_arrays, open_compact
     from graphs.skb.state import STATE_DIR, precompute
     from tests.small_graphs import catalog_skb
 
@@ -483,6 +483,7 @@ def test_stored_state_is_the_same_from_the_compact_arrays(tmp_path: Path) -> Non
         else:
             assert path.read_bytes() == other.read_bytes(), path.name
     arrays = compact_arrays(tmp_path / "fixed" / COMPACT_DIR)
+    assert open_compact(tmp_path / "fixed").arrays_are_fixed  # a compact SKB's arrays are its files'
     with skb.arrays_fixed(*arrays):
         assert skb.arrays_are_fixed and skb.edge_arrays()[1] is arrays[3]
     assert not skb.arrays_are_fixed and skb.edge_arrays()[1] is not arrays[3]
