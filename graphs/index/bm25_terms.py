@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphs.errors import IndexCorruptError
+from graphs.skb.compact_write import segments
 
 __all__ = ["DocTerms", "extend_vocab", "score_matrix"]
 
@@ -81,13 +82,7 @@ class DocTerms:
 
     def take(self, rows: np.ndarray) -> DocTerms:
         """The documents at ``rows``, in that order."""
-        rows = np.asarray(rows, dtype=np.int64)
-        starts, ends = self.ptr[rows], self.ptr[rows + 1]
-        lengths = ends - starts
-        ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        # every entry's position in the source: its row's start plus its offset within the row
-        pick = np.repeat(starts - ptr[:-1], lengths) + np.arange(int(ptr[-1]), dtype=np.int64)
+        ptr, pick = segments(self.ptr, np.asarray(rows, dtype=np.int64))
         return DocTerms(ptr, self.terms[pick], self.counts[pick])
 
     def lengths(self) -> np.ndarray:

@@ -244,6 +244,16 @@ def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ptr, order
 
 
+def segments(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a ragged layout (``ptr``: n + 1 offsets) laid end to end: their row pointers (from 0) and the
+    position in the source of every entry, row by row."""
+    starts = np.asarray(ptr)[rows].astype(np.int64)
+    lengths = np.asarray(ptr)[np.asarray(rows) + 1].astype(np.int64) - starts
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out, np.repeat(starts - out[:-1], lengths) + np.arange(int(out[-1]), dtype=np.int64)
+
+
 def dense_groups(
     ptr: np.ndarray, idx: np.ndarray, edge_rel: np.ndarray, dense_edges: int = DENSE_EDGES
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -253,11 +263,7 @@ def dense_groups(
     degree = np.diff(np.asarray(ptr))
     dense = np.flatnonzero(degree > dense_edges).astype(np.int32)
     lengths = degree[dense].astype(np.int64)
-    gptr = np.zeros(len(dense) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=gptr[1:])
-    total = int(gptr[-1])
-    # the positions of every dense node's segment in ``idx``, concatenated
-    positions = np.repeat(np.asarray(ptr)[dense] - gptr[:-1], lengths) + np.arange(total, dtype=np.int64)
+    gptr, positions = segments(ptr, dense)  # every dense node's segment of ``idx``, concatenated
     edges = np.asarray(idx)[positions]
     rels = np.asarray(edge_rel)[edges]
     order = np.lexsort((rels, np.repeat(np.arange(len(dense), dtype=np.int64), lengths)))  # stable

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs.skb.compact_write import EdgePart, NodePart, compact_edges, compact_names, compact_nodes
+from graphs.skb.compact_write import EdgePart, NodePart, compact_edges, compact_names, compact_nodes, segments
 from graphs.skb.model import SKB
 
 __all__ = ["patch_compact_parts"]
@@ -25,11 +25,7 @@ __all__ = ["patch_compact_parts"]
 
 def _take_blob(blob: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[bytes, np.ndarray]:
     """The byte ranges of ``rows`` (``off``: n + 1 offsets into ``blob``) laid end to end, and their offsets."""
-    starts, ends = off[rows], off[rows + 1]
-    lengths = ends - starts
-    out_off = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out_off[1:])
-    pick = np.repeat(starts - out_off[:-1], lengths) + np.arange(int(out_off[-1]), dtype=np.int64)
+    out_off, pick = segments(off, rows)
     return blob[pick].tobytes(), out_off
 
 
