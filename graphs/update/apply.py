@@ -169,7 +169,7 @@ def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress
         t0 = time.perf_counter()
         engine = PatchEngine(index_dir, report.changed_nodes | report.deleted_nodes, shards=shards, parent_skb=skb,
                              changed_edges=report.changed_edges, stale_texts=stale_texts(changed, report),
-                             edge_source=report.edge_source)
+                             node_source=report.node_source, edge_source=report.edge_source)
         build = build_index(changed, index_dir, config, progress=progress, engine=engine,  # type: ignore[arg-type]
                             lineage=lineage)
         timings["build"] = time.perf_counter() - t0

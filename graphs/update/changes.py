@@ -93,6 +93,8 @@ class ApplyReport:
     deleted_nodes: set[str] = field(default_factory=set)
     changed_edges: set[tuple[str, str, str]] = field(default_factory=set)
     """(src, rel, dst) of every edge upserted or deleted by a line (not those deleted with their node)."""
+    node_source: np.ndarray | None = None
+    """Each node of the result's position in the parent's node order (-1: a record a line wrote)."""
     edge_source: np.ndarray | None = None
     """Each edge of the result's position in the parent's edge list (-1: upserted by a line)."""
     replaced_nodes: set[str] = field(default_factory=set)
@@ -262,6 +264,10 @@ def apply_changes(skb: SKB, changes: ChangeSet) -> tuple[SKB, ApplyReport]:
     probe.edges = [edge for edges in now.values() if edges for edge in edges]
     probe.check_storable(changes.source)
     out.nodes = nodes
+    position = {key: i for i, key in enumerate(skb.nodes)}
+    before = skb.nodes.get
+    report.node_source = np.fromiter((position[key] if node is before(key) else -1 for key, node in nodes.items()),
+                                     dtype=np.int64, count=len(nodes))
     out.edges, report.edge_source = _edges_after(skb.edges, old_at, now)
     return out, report
 

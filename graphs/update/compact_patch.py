@@ -41,6 +41,13 @@ def _source_rows(records: Sequence[Any], parent_records: Sequence[Any]) -> np.nd
     return np.fromiter((row_of.get(id(r), -1) for r in records), dtype=np.int64, count=len(records))
 
 
+def _given_or_matched(source: np.ndarray | None, records: Sequence[Any], parent_records: Sequence[Any]) -> np.ndarray:
+    """``source`` where it covers ``records``, else each record's parent row found by identity."""
+    if source is not None and len(source) == len(records):
+        return np.asarray(source, dtype=np.int64)
+    return _source_rows(records, parent_records)
+
+
 def _spliced(parent_blob: np.ndarray, parent_off: np.ndarray, source: np.ndarray,
              fresh_blob: bytes, fresh_off: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Blob and offsets of rows taken from the parent (``source`` >= 0) or, in order, from the fresh part."""
@@ -52,13 +59,13 @@ def _spliced(parent_blob: np.ndarray, parent_off: np.ndarray, source: np.ndarray
     return _take_blob(blob, off, rows)
 
 
-def patch_compact_parts(parent_dir: Path, parent: SKB, skb: SKB,
+def patch_compact_parts(parent_dir: Path, parent: SKB, skb: SKB, node_source: np.ndarray | None = None,
                         edge_source: np.ndarray | None = None) -> tuple[NodePart, EdgePart] | None:
     """The node and edge parts of ``skb`` (the parent graph ``parent`` with a change set applied) from the
     parent's compact arrays at ``parent_dir`` (``<index>/skb/compact``); None where they do not match
-    ``parent`` (another graph, or an index without them): the caller makes them. ``edge_source``: each edge's
-    position in the parent's list, -1 for a new record (``ApplyReport.edge_source``); without it the edges
-    are matched to the parent's by identity."""
+    ``parent`` (another graph, or an index without them): the caller makes them. ``node_source`` and
+    ``edge_source``: each record's position in the parent's order, -1 for a new record (as ``ApplyReport``
+    holds them); without them the records are matched to the parent's by identity."""
     parent_dir = Path(parent_dir)
     try:
         meta = json.loads((parent_dir / "meta.json").read_text(encoding="utf-8"))
@@ -78,7 +85,7 @@ def patch_compact_parts(parent_dir: Path, parent: SKB, skb: SKB,
     index: Mapping[str, int] = {key: i for i, key in enumerate(keys)}
 
     nodes = list(skb.nodes.values())
-    node_src = _source_rows(nodes, list(parent.nodes.values()))
+    node_src = _given_or_matched(node_source, nodes, list(parent.nodes.values()))
     fresh_nodes = compact_nodes([nodes[i] for i in np.flatnonzero(node_src < 0)], int((node_src < 0).sum()), label_id)
     label = np.empty(len(nodes), dtype=np.int32)
     reused = node_src >= 0
@@ -87,10 +94,7 @@ def patch_compact_parts(parent_dir: Path, parent: SKB, skb: SKB,
     node_part = NodePart(label, *_spliced(node_blob, np.asarray(arrays["node_props.off"]), node_src,
                                           fresh_nodes.blob, fresh_nodes.off))
 
-    if edge_source is not None and len(edge_source) == len(skb.edges):
-        edge_src_rows = np.asarray(edge_source, dtype=np.int64)
-    else:
-        edge_src_rows = _source_rows(skb.edges, parent.edges)
+    edge_src_rows = _given_or_matched(edge_source, skb.edges, parent.edges)
     fresh_idx = np.flatnonzero(edge_src_rows < 0)
     fresh_edges = compact_edges([skb.edges[i] for i in fresh_idx], len(fresh_idx), index, rel_id)
     node_map = np.fromiter((index.get(key, -1) for key in parent_keys), dtype=np.int32, count=len(parent_keys))

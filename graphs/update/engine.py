@@ -59,13 +59,14 @@ class PatchEngine:
 
     def __init__(self, parent: Path, changed: Collection[str], shards: int = 1, parent_skb: SKB | None = None,
                  changed_edges: Collection[tuple[str, str, str]] = (),
-                 stale_texts: Collection[str] | None = None, edge_source: np.ndarray | None = None) -> None:
+                 stale_texts: Collection[str] | None = None, node_source: np.ndarray | None = None,
+                 edge_source: np.ndarray | None = None) -> None:
         """``parent``: the parent generation's directory; ``changed``: the keys of nodes changed or deleted;
         ``parent_skb`` and ``changed_edges`` (src, rel, dst upserted or deleted): for patching the parent's graph
         store (without the parent's graph it is loaded); ``stale_texts``: the nodes whose text may differ from
         the parent's (``changes.stale_texts``): every other node's vector and BM25 terms are the parent's, and
-        its text is never made (None: every text is made and embedded through the cache); ``edge_source``:
-        each edge's position in the parent's list (``ApplyReport.edge_source``)."""
+        its text is never made (None: every text is made and embedded through the cache); ``node_source`` and
+        ``edge_source``: each record's position in the parent's order (``ApplyReport``)."""
         from graphs.engine import LocalEngine
 
         self.local = LocalEngine(shards=shards)
@@ -77,6 +78,7 @@ class PatchEngine:
         self.parent_phrases = parent / "phrases"
         self.changed = changed
         self.stale_texts = stale_texts
+        self.node_source = node_source
         self.edge_source = edge_source
         self.report: PatchReport | None = None
         self.phrases_patched = False
@@ -167,7 +169,7 @@ class PatchEngine:
 
         if self.parent_skb is None:
             return None
-        lines = spliced_lines(self.parent_dir / "skb", self.parent_skb, skb, self.edge_source)
+        lines = spliced_lines(self.parent_dir / "skb", self.parent_skb, skb, self.node_source, self.edge_source)
         self.lines_reused = lines is not None
         return lines
 
@@ -179,7 +181,8 @@ class PatchEngine:
 
         if self.parent_skb is None:
             return None
-        parts = patch_compact_parts(self.parent_dir / "skb" / COMPACT_DIR, self.parent_skb, skb, self.edge_source)
+        parts = patch_compact_parts(self.parent_dir / "skb" / COMPACT_DIR, self.parent_skb, skb,
+                                    self.node_source, self.edge_source)
         self.compact_patched = parts is not None
         return parts
 

@@ -19,21 +19,20 @@ from graphs.skb.model import SKB, Edge
 __all__ = ["spliced_lines"]
 
 
-def spliced_lines(parent_dir: Path, parent: SKB, skb: SKB,
+def spliced_lines(parent_dir: Path, parent: SKB, skb: SKB, node_source: np.ndarray | None,
                   edge_source: np.ndarray | None) -> tuple[list[bytes], list[bytes]] | None:
-    """The node and edge lines of ``skb`` (``parent`` with a change set applied; ``edge_source``: each edge's
-    position in the parent's list, -1 for a new record) from the parent's files at ``parent_dir``
-    (``<index>/skb``); None where those files do not hold ``parent``'s records one per line."""
+    """The node and edge lines of ``skb`` (``parent`` with a change set applied; ``node_source`` and
+    ``edge_source``: each record's position in the parent's order, -1 for a new record, as ``ApplyReport``
+    holds them) from the parent's files at ``parent_dir`` (``<index>/skb``); None where those files do not
+    hold ``parent``'s records one per line."""
     node_lines = record_lines(parent_dir, NODES)
     edge_lines = record_lines(parent_dir, EDGES)
-    if (node_lines is None or edge_lines is None or edge_source is None or len(node_lines) != len(parent.nodes)
-            or len(edge_lines) != len(parent.edges) or len(edge_source) != len(skb.edges)):
+    if (node_lines is None or edge_lines is None or node_source is None or edge_source is None
+            or len(node_lines) != len(parent.nodes) or len(edge_lines) != len(parent.edges)
+            or len(node_source) != len(skb.nodes) or len(edge_source) != len(skb.edges)):
         return None
-    row_of = {id(node): i for i, node in enumerate(parent.nodes.values())}
-    nodes: list[bytes] = []
-    for node in skb.nodes.values():
-        row = row_of.get(id(node))
-        nodes.append(node_lines[row] + b"\n" if row is not None else node_line(node))
+    nodes = [node_lines[row] + b"\n" if row >= 0 else node_line(node)
+             for row, node in zip(node_source.tolist(), skb.nodes.values(), strict=True)]
     edges: Sequence[Edge] = skb.edges
     out: list[bytes] = [b""] * len(edges)
     for i, row in enumerate(edge_source.tolist()):

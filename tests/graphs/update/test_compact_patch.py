@@ -33,7 +33,7 @@ def test_patched_arrays_equal_the_arrays_made_afresh(tmp_path: Path) -> None:
         {"op": "upsert", "edge": {"src": "C_IRON", "rel": first.rel, "dst": first.dst}},
     ]
     changed, report = apply_changes(parent, parse_changes("\n".join(json.dumps(x) for x in lines).encode()))
-    parts = patch_compact_parts(tmp_path / "compact", parent, changed, report.edge_source)
+    parts = patch_compact_parts(tmp_path / "compact", parent, changed, report.node_source, report.edge_source)
     by_identity = patch_compact_parts(tmp_path / "compact", parent, changed)
     assert parts is not None and by_identity is not None
     for a, b in zip((*parts[0], *parts[1]), (*by_identity[0], *by_identity[1]), strict=True):
@@ -50,13 +50,13 @@ def test_patched_arrays_equal_the_arrays_made_afresh(tmp_path: Path) -> None:
     assert gone_rel not in rels and rels != json.loads((tmp_path / "compact" / "meta.json").read_text())["rels"]
 
     write_jsonl(parent, tmp_path / "parent")
-    lines = spliced_lines(tmp_path / "parent", parent, changed, report.edge_source)
+    lines = spliced_lines(tmp_path / "parent", parent, changed, report.node_source, report.edge_source)
     assert lines is not None
     write_jsonl(changed, tmp_path / "spliced", lines=lines)
     write_jsonl(changed, tmp_path / "made")
     for name in ("nodes.jsonl.gz", "edges.jsonl.gz", "schema.json"):
         assert (tmp_path / "spliced" / name).read_bytes() == (tmp_path / "made" / name).read_bytes()
-    assert spliced_lines(tmp_path / "parent", parent, changed, None) is None
+    assert spliced_lines(tmp_path / "parent", parent, changed, report.node_source, None) is None
 
 
 def test_arrays_of_another_graph_are_not_used(tmp_path: Path) -> None:
