@@ -222,12 +222,17 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None)
     (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
     and the planner's statistics computed from it (``graphs.skb.state``)."""
     from graphs.skb.compact import COMPACT_DIR, compact_arrays, write_compact
+    from graphs.skb.compact_write import compact_names, compact_parts
     from graphs.skb.state import STATE_DIR, precompute
 
-    schema = skb.schema()  # scans every node and edge: once for both
-    parts = engine.compact_parts(skb) if engine is not None else None
+    labels, rels = compact_names(skb)
+    parts = (engine.compact_parts(skb) if engine is not None else None) or compact_parts(skb, labels, rels)
+    node_part, edge_part = parts
+    # the schema's relation counts from the arrays just made (a pass over every edge record cost seconds)
+    with skb.arrays_fixed(labels, node_part.label, rels, edge_part.rel, edge_part.src, edge_part.dst):
+        schema = skb.schema()
     write_compact(skb, skb_dir / COMPACT_DIR, schema, parts=parts)
-    del parts
+    del parts, node_part, edge_part
     # from the SKB in memory (the compact arrays keep its node order, which the records refer to), reading its
     # label and edge id arrays from the compact files just written instead of building them from the records
     with skb.arrays_fixed(*compact_arrays(skb_dir / COMPACT_DIR)):

@@ -55,7 +55,7 @@ from graphs.skb.compact_write import (
     write_compact,
 )
 from graphs.skb.digest import code_digest, schema_digest
-from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
+from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType, relation_counts
 
 __all__ = [
     "COMPACT_DIR",
@@ -477,22 +477,9 @@ class CompactSKB(SKB):
             return self._schema.model_copy(deep=True)
 
     def relation_patterns(self) -> Counter[tuple[str, str, str]]:
-        """``(rel, source label, target label) -> edge count``, in order of first occurrence (as a Counter
-        filled edge by edge would hold them), computed from the arrays without building an edge."""
-        n_labels = max(len(self._labels), 1)
-        src_label = np.asarray(self._node_label)[np.asarray(self._edge_src)].astype(np.int64)
-        dst_label = np.asarray(self._node_label)[np.asarray(self._edge_dst)].astype(np.int64)
-        code = (np.asarray(self._edge_rel, dtype=np.int64) * n_labels + src_label) * n_labels + dst_label
-        out: Counter[tuple[str, str, str]] = Counter()
-        if not len(code):
-            return out
-        uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
-        for j in np.argsort(first, kind="stable"):
-            value = int(uniq[j])
-            rel, rest = divmod(value, n_labels * n_labels)
-            src, dst = divmod(rest, n_labels)
-            out[(self._rels[rel], self._labels[src], self._labels[dst])] = int(counts[j])
-        return out
+        """``(rel, source label, target label) -> edge count``, computed from the arrays without building an edge."""
+        return relation_counts(self._labels, self._node_label, self._rels, self._edge_rel, self._edge_src,
+                               self._edge_dst)
 
     # -- arrays for vectorised consumers --------------------------------------------------
     @property

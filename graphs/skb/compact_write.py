@@ -150,6 +150,14 @@ def compact_names(skb: SKB) -> tuple[list[str], list[str]]:
     return labels, rels
 
 
+def compact_parts(skb: SKB, labels: Sequence[str], rels: Sequence[str]) -> tuple[NodePart, EdgePart]:
+    """The whole SKB's node and edge arrays in one pass (ids: positions in ``labels`` and ``rels``, as
+    :func:`compact_names` gives them)."""
+    index = {key: i for i, key in enumerate(skb.nodes)}
+    node_part = compact_nodes(skb.nodes.values(), len(skb.nodes), {label: i for i, label in enumerate(labels)})
+    return node_part, compact_edges(skb.edges, len(skb.edges), index, {rel: i for i, rel in enumerate(rels)})
+
+
 def write_compact(
     skb: SKB, directory: Path, schema: GraphSchema | None = None, *, dense_edges: int = DENSE_EDGES,
     parts: tuple[NodePart, EdgePart] | None = None,
@@ -169,10 +177,7 @@ def write_compact(
         raise ConfigError(f"the SKB has {n} nodes and {m} edges; the compact format holds fewer than 2^31 of each")
     dumps = _dumper()
     if parts is None:
-        index = {key: i for i, key in enumerate(keys)}
-        node_part = compact_nodes(skb.nodes.values(), n, {label: i for i, label in enumerate(labels)})
-        edge_part = compact_edges(skb.edges, m, index, {rel: i for i, rel in enumerate(rels)})
-        del index
+        node_part, edge_part = compact_parts(skb, labels, rels)
     else:
         node_part, edge_part = parts
         if len(node_part.label) != n or len(edge_part.src) != m:
@@ -222,17 +227,17 @@ def write_compact(
 
 
 def _props_blob(props: Iterator[dict[str, Any]], dumps: Any) -> tuple[bytes, np.ndarray]:
-    """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes."""
-    parts: list[bytes] = []
-    offsets = [0]
-    total = 0
+    """Props as concatenated JSON objects plus offsets (n + 1); empty props take no bytes.
+
+    Why appended one by one to a growing buffer: orjson returns each object in a block of a few kilobytes,
+    so holding a list of a million of them before joining cost gigabytes (1.4 GB transient for 300k nodes)."""
+    blob = bytearray()
+    ends: list[int] = [0]
     for value in props:
         if value:
-            data = dumps(value)
-            parts.append(data)
-            total += len(data)
-        offsets.append(total)
-    return b"".join(parts), np.asarray(offsets, dtype=np.int64)
+            blob += dumps(value)
+        ends.append(len(blob))
+    return bytes(blob), np.asarray(ends, dtype=np.int64)
 
 
 def _csr(ends: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

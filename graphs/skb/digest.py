@@ -95,7 +95,7 @@ def class_source(cls: type) -> str:
 
 def schema_digest() -> str:
     """The code that computes ``SKB.schema()``."""
-    from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, value_type_name
+    from graphs.skb.model import LabelInfo, PropertyInfo, RelationInfo, relation_counts, value_type_name
 
-    return code_digest(SKB.schema, SKB.relation_patterns, value_type_name, Node, Edge, NodeType, PropertyInfo, LabelInfo, RelationInfo,
-                       GraphSchema)
+    return code_digest(SKB.schema, SKB.relation_patterns, relation_counts, value_type_name, Node, Edge, NodeType,
+                       PropertyInfo, LabelInfo, RelationInfo, GraphSchema)

@@ -508,6 +508,8 @@ class SKB:
     def relation_patterns(self) -> Counter[tuple[str, str, str]]:
         """``(rel, source label, target label) -> edge count`` (a subclass with edge arrays counts them
         without building an edge: a schema of 550,000 edges took 0.6 s edge by edge)."""
+        if self._arrays is not None:  # a build's compact arrays: counted without reading an edge
+            return relation_counts(*self._arrays)
         counts: Counter[tuple[str, str, str]] = Counter()
         for edge in self.edges:
             counts[(edge.rel, self.nodes[edge.src].label, self.nodes[edge.dst].label)] += 1
@@ -518,3 +520,23 @@ class SKB:
             "nodes": dict(Counter(n.label for n in self.nodes.values())),
             "edges": dict(Counter(e.rel for e in self.edges)),
         }
+
+
+def relation_counts(labels: Sequence[str], node_label: np.ndarray, rels: Sequence[str], rel_ids: np.ndarray,
+                    src_ids: np.ndarray, dst_ids: np.ndarray) -> Counter[tuple[str, str, str]]:
+    """``(rel, source label, target label) -> edge count`` from the label and edge id arrays, in order of first
+    occurrence (as a Counter filled edge by edge holds them): ``SKB.relation_patterns`` without an edge object."""
+    n_labels = max(len(labels), 1)
+    node_label = np.asarray(node_label)
+    src_label = node_label[np.asarray(src_ids)].astype(np.int64)
+    dst_label = node_label[np.asarray(dst_ids)].astype(np.int64)
+    code = (np.asarray(rel_ids, dtype=np.int64) * n_labels + src_label) * n_labels + dst_label
+    out: Counter[tuple[str, str, str]] = Counter()
+    if not len(code):
+        return out
+    uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
+    for j in np.argsort(first, kind="stable"):
+        rel, rest = divmod(int(uniq[j]), n_labels * n_labels)
+        src, dst = divmod(rest, n_labels)
+        out[(rels[rel], labels[src], labels[dst])] = int(counts[j])
+    return out

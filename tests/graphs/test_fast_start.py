@@ -27,7 +27,7 @@ from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
 from graphs.index.phrases import phrase_entries
 from graphs.skb.compact import CompactSKB, open_compact, write_compact
-from graphs.skb.model import SKB
+from graphs.skb.model import SKB, relation_counts
 from graphs.skb.state import precompute
 
 runner = CliRunner()
@@ -108,8 +108,8 @@ def test_code_digest_follows_the_computing_code_only() -> None:
 
     assert code_digest(one) == code_digest(one) != code_digest(other)
     assert code_digest(one, 1) != code_digest(one, 2)  # values by repr
-    assert schema_digest() == code_digest(SKB.schema, SKB.relation_patterns, *_schema_parts())
-    assert schema_digest() != code_digest(SKB.neighbor_keys, SKB.relation_patterns, *_schema_parts())
+    assert schema_digest() == code_digest(SKB.schema, SKB.relation_patterns, relation_counts, *_schema_parts())
+    assert schema_digest() != code_digest(SKB.neighbor_keys, SKB.relation_patterns, relation_counts, *_schema_parts())
 
 
 def _schema_parts() -> tuple[object, ...]:
@@ -151,6 +151,24 @@ def test_a_computed_schema_of_the_arrays_equals_the_models(tmp_path: Path) -> No
     skb = open_compact(tmp_path / "skb")
     assert list(skb.relation_patterns().items()) == list(SKB.relation_patterns(graph).items())
     assert skb.schema() == graph.schema() and graph.schema().relations
+
+
+def test_the_schema_of_an_skb_with_fixed_arrays_counts_them(tmp_path: Path) -> None:
+    """A build computes the schema with the compact arrays fixed: the relation counts come from the arrays (the
+    records are not read), equal in counts and order to a pass over the edges; wrong arrays give other counts."""
+    from graphs.skb.compact_write import compact_names, compact_parts
+    from tests.small_graphs import catalog_skb
+
+    graph = catalog_skb()
+    expected = list(graph.relation_patterns().items())
+    labels, rels = compact_names(graph)
+    nodes, edges = compact_parts(graph, labels, rels)
+    with graph.arrays_fixed(labels, nodes.label, rels, edges.rel, edges.src, edges.dst):
+        assert list(graph.relation_patterns().items()) == expected
+        assert graph.schema() == SKB.schema(catalog_skb())
+    swapped = np.ascontiguousarray(edges.src[::-1])  # the same multiset of sources in another order
+    with graph.arrays_fixed(labels, nodes.label, rels, edges.rel, swapped, edges.dst):
+        assert list(graph.relation_patterns().items()) != expected
 
 
 # -- stored statistics ---------------------------------------------------------------------------
