@@ -84,7 +84,7 @@ def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
     for child, parent in zip(children.tolist(), parents_of.tolist(), strict=True):
         if child != parent:
             parents[child].append(parent)
-    if not closure_within(parents, MAX_MEAN_ANCESTORS * max(1, len(nodes))):
+    if not closure_within(parents, MAX_MEAN_ANCESTORS * max(1, len(nodes)), MAX_ANCESTORS):
         return None  # a network (citations, co-purchases), not a taxonomy: its closure grows with n^2
     return Hierarchy(label, rel_name, direction)
 
@@ -95,13 +95,21 @@ def detect_hierarchy(skb: SKB, label: str) -> Hierarchy | None:
 #: 10k-node graph: 1,860 per node, 20 s to build and 230 MB stored; quadratic in size).
 MAX_MEAN_ANCESTORS = 128
 
+#: Nor is one where a single node has more broader terms than this (HPO: at most 43).
+#: Why a bound per node besides the mean: a network's closures grow from its first nodes on, so one node
+#: past it rejects the network early; the mean alone let a 150,000-node citation network fill 19 million set
+#: entries first (0.9 GB and seconds at 300k nodes, three times that at a million).
+MAX_ANCESTORS = 8 * MAX_MEAN_ANCESTORS
 
-def closure_within(parents: Sequence[Sequence[int]], budget: int) -> bool:
-    """Whether the reflexive transitive closure over ``parents`` has at most ``budget`` entries in all.
 
-    Stops as soon as the running total passes ``budget``, so a network costs about ``budget`` set
-    insertions to reject instead of its whole (quadratic) closure. Cycles are tolerated (a node
-    on a cycle stops at itself), as in ``_build_ancestors``."""
+def closure_within(parents: Sequence[Sequence[int]], budget: int, cap: int | None = None) -> bool:
+    """Whether the reflexive transitive closure over ``parents`` has at most ``budget`` entries in all, and
+    at most ``cap`` (None: any number) for each node.
+
+    Stops as soon as the running total passes ``budget`` or a node's closure passes ``cap``, so a network
+    costs at most about ``budget`` set insertions to reject instead of its whole (quadratic) closure. Cycles
+    are tolerated (a node on a cycle stops at itself), as in ``_build_ancestors``."""
+    limit = budget if cap is None else min(cap, budget)
     n = len(parents)
     closure: list[frozenset[int] | None] = [None] * n
     total = 0
@@ -126,7 +134,7 @@ def closure_within(parents: Sequence[Sequence[int]], budget: int) -> bool:
                 done = closure[parent]
                 if done is not None:
                     acc |= done
-                    if len(acc) > budget:
+                    if len(acc) > limit:
                         return False
             closure[node] = frozenset(acc)
             total += len(acc)

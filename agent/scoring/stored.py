@@ -45,7 +45,8 @@ def scoring_digest(skb: SKB) -> str:
     per = _DIGESTS.setdefault(skb, {})
     if SCORING not in per:
         code = code_digest(os_.build_model, hy._build_ancestors, os_.edge_weight, os_.GraphArrays, hy.detect_hierarchy,
-                            hy.find_annotation, os_.AnnotationModel, hy.Hierarchy, hy.Annotation, os_.DEFAULT_EDGE_WEIGHT)
+                            hy.closure_within, hy.MAX_MEAN_ANCESTORS, hy.MAX_ANCESTORS, hy.find_annotation,
+                            os_.AnnotationModel, hy.Hierarchy, hy.Annotation, os_.DEFAULT_EDGE_WEIGHT)
         per[SCORING] = digest_of(code, code_digest(Node, Edge), profile_section_json(skb, "scoring"))
     return per[SCORING]
 

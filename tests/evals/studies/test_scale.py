@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent.scoring.hierarchy import MAX_ANCESTORS
 from agent.scoring.ontology import MAX_MEAN_ANCESTORS, closure_within, detect_hierarchy
 from evals.studies.scale.generate import RELATIONS, TYPES, generate
 from graphs.build import IndexConfig, build_index
@@ -120,7 +121,23 @@ def test_closure_budget_is_exact_and_tolerates_cycles() -> None:
     assert closure_within(chain, 55) and not closure_within(chain, 54)
     cycle = [[1], [2], [0]]
     assert closure_within(cycle, 9)
+    assert closure_within(chain, 55, cap=10) and not closure_within(chain, 55, cap=9)  # the first node's 10
     assert MAX_MEAN_ANCESTORS >= 64  # real taxonomies (HPO: 11.3 on average, 43 at most) stay hierarchies
+    assert MAX_ANCESTORS >= 4 * MAX_MEAN_ANCESTORS
+
+
+def test_one_node_with_too_many_broader_terms_makes_no_hierarchy() -> None:
+    """A chain whose mean closure is within the budget but whose deepest node has more ancestors than any
+    taxonomy's is not a hierarchy; the same chain cut below that bound is one."""
+    n = MAX_ANCESTORS + 1  # closure sizes n, n - 1, ..., 1
+    leaves = {f"leaf{i}": [f"root{i % 8}"] for i in range(8 * n)}  # closures of 2: the mean stays under the budget
+
+    def chain(length: int) -> dict[str, list[str]]:
+        return {f"c{i}": [f"c{i + 1}"] for i in range(length - 1)}
+
+    assert detect_hierarchy(_graph({**chain(n), **leaves}, "Term", "NARROWER_THAN"), "Term") is None
+    found = detect_hierarchy(_graph({**chain(n - 1), **leaves}, "Term", "NARROWER_THAN"), "Term")
+    assert found is not None and found.rel == "NARROWER_THAN"
 
 
 def test_scale_report_marks_growth_faster_than_linear(tmp_path: Path) -> None:
