@@ -347,6 +347,7 @@ def build_index(
             t0 = time.perf_counter()
             report("hnsw", 0, 1)
             hnsw, hnsw_files = engine.hnsw(keys, labels, vectors, params, tmp / "hnsw")
+            del vectors  # the index holds what later stages read
             for rel, digest in hnsw_files.items():
                 files[f"hnsw/{rel}"] = digest
             report("hnsw", 1, 1)
@@ -393,7 +394,7 @@ def build_index(
             del sim
         layout = {"hnsw_shards": hnsw.shard_ranges} if config.stage != "core" and hnsw.sharded else {}
         if config.stage != "core":
-            del hnsw, vectors
+            del hnsw
         del batch_embedder
         release_heap()  # the vectors, graphs and texts go back to the system before the graph server loads
 

@@ -95,7 +95,10 @@ class LocalEngine:
     def hnsw(self, keys: list[str], labels: list[str], vectors: np.ndarray, params: HNSWParams,
              out: Path) -> tuple[HNSWIndex, dict[str, str]]:
         from graphs.index.hnsw import HNSWIndex
+        from graphs.index.hnsw_build import build_saved
 
+        if self.shards == 1:  # one graph in memory at a time
+            return build_saved(keys, labels, vectors, params, out)
         index = HNSWIndex.build(keys, labels, vectors, params, shards=self.shards)
         return index, index.save(out)
 

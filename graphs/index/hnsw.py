@@ -34,6 +34,7 @@ from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
 from graphs.index.hnsw_shards import (
     build_shard,
+    checked_rows,
     merge_topk,
     new_graph,
     save_graph,
@@ -171,20 +172,8 @@ class HNSWIndex:
         """``shards`` > 1 builds the graphs in that many row ranges (``graphs.index.hnsw_shards``), one after
         the other here; ``graphs.engine`` builds them in parallel tasks."""
         params = params or HNSWParams()
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2:
-            raise ConfigError(f"HNSW build needs a 2-D array of vectors, got shape {vectors.shape}")
+        vectors = checked_rows(keys, labels, vectors)
         n, dim = vectors.shape
-        if len(keys) != n or len(labels) != n:
-            raise ConfigError(
-                f"HNSW build got {len(keys)} keys, {len(labels)} labels and {n} vectors -- they must be aligned"
-            )
-        if n == 0:
-            raise ConfigError("HNSW build got no vectors -- the SKB has no nodes to index")
-        if len(set(keys)) != n:
-            raise ConfigError("HNSW build got duplicate keys -- node keys must be unique")
-        if not np.isfinite(vectors).all():
-            raise ConfigError("HNSW build got NaN or infinite vector components -- check the embedder output")
         threads = num_threads or _num_threads()
         if shards > 1 and n > 1:
             ranges = shard_ranges(n, shards)
@@ -407,6 +396,12 @@ class HNSWIndex:
             (label_files[label], self._graph(label)) for label in sorted(self._label_src)
         ]:
             files[name] = save_graph(index, dir / name)
+        return files | self.write_table(dir)
+
+    def write_table(self, dir: Path) -> dict[str, str]:
+        """``vectors.npy`` and the id table of an unsharded index whose graph files are written; {file: sha256}."""
+        files: dict[str, str] = {}
+        label_files = {label: _label_file(label) for label in self._label_src}
         if self.keys:
             import io
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
 import hnswlib
 import numpy as np
 
+from graphs.errors import ConfigError
 from graphs.manifest import HNSWParams, fsync_file, sha256_file, temp_path_for
 
-__all__ = ["ShardGraphs", "build_shard", "merge_topk", "new_graph", "save_graph", "save_shard", "shard_dir", "shard_ranges"]
+__all__ = ["ShardGraphs", "build_shard", "checked_rows", "merge_topk", "new_graph", "save_graph", "save_shard", "shard_dir",
+           "shard_graphs", "shard_ranges"]
 
 ShardGraphs: TypeAlias = tuple[hnswlib.Index, dict[str, hnswlib.Index]]
 """One shard's global graph and its per-label graphs (labels present in the shard only)."""
@@ -44,23 +46,54 @@ def new_graph(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Ind
     return index
 
 
-def build_shard(
+def checked_rows(keys: Sequence[str], labels: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` as contiguous float32 rows, after checking they align with unique ``keys`` and ``labels``."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ConfigError(f"HNSW build needs a 2-D array of vectors, got shape {vectors.shape}")
+    n = vectors.shape[0]
+    if len(keys) != n or len(labels) != n:
+        raise ConfigError(
+            f"HNSW build got {len(keys)} keys, {len(labels)} labels and {n} vectors -- they must be aligned"
+        )
+    if n == 0:
+        raise ConfigError("HNSW build got no vectors -- the SKB has no nodes to index")
+    if len(set(keys)) != n:
+        raise ConfigError("HNSW build got duplicate keys -- node keys must be unique")
+    if not np.isfinite(vectors).all():
+        raise ConfigError("HNSW build got NaN or infinite vector components -- check the embedder output")
+    return vectors
+
+
+def shard_graphs(
     vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int
-) -> ShardGraphs:
-    """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids."""
+) -> Iterator[tuple[str | None, hnswlib.Index]]:
+    """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids, one at a time:
+    the global graph (``None``), then each label's in name order. A caller that saves and drops each before
+    asking for the next holds one graph in memory, not all of them."""
     ids = np.arange(start, end, dtype=np.int64)
     block = np.ascontiguousarray(vectors[start:end], dtype=np.float32)
     dim = block.shape[1]
     global_graph = new_graph(dim, len(ids), params, seed)
     global_graph.add_items(block, ids, num_threads=threads)
+    yield None, global_graph
+    del global_graph
     label_arr = np.asarray(labels[start:end], dtype=object)
-    by_label: dict[str, hnswlib.Index] = {}
     for label in sorted(set(label_arr.tolist())):
         rows = np.flatnonzero(label_arr == label)
         graph = new_graph(dim, len(rows), params, seed)
         graph.add_items(block[rows], ids[rows], num_threads=threads)
-        by_label[label] = graph
-    return global_graph, by_label
+        yield label, graph
+        del graph
+
+
+def build_shard(
+    vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int
+) -> ShardGraphs:
+    """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids."""
+    built = dict(shard_graphs(vectors, labels, start, end, params, seed, threads))
+    global_graph = built.pop(None)
+    return global_graph, {label: graph for label, graph in built.items() if label is not None}
 
 
 def save_graph(graph: hnswlib.Index, target: Path) -> str:

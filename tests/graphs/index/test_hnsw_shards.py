@@ -100,3 +100,25 @@ def test_opening_an_index_whose_manifest_hides_its_shards_is_refused(generated: 
     (index / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(IndexCorruptError, match="hnsw_shards"):
         IndexBundle.open(index, store="none")
+
+
+def test_an_index_built_into_its_directory_writes_the_files_a_save_writes(generated: tuple, tmp_path: Path) -> None:
+    """The build that saves each graph before the next (one graph in memory at a time) writes byte for byte the
+    files of a build then a save (one thread: hnswlib inserts deterministically), on a graph of other labels; the
+    index it returns opens a graph only when a search needs it, and answers as the loaded index does."""
+    from graphs.index.hnsw_build import build_saved
+    from graphs.manifest import sha256_file
+
+    _, keys, labels, vectors = generated
+    params = HNSWParams(M=8, ef_construction=40)
+    saved = HNSWIndex.build(keys, labels, vectors, params, num_threads=1).save(tmp_path / "saved")
+    index, written = build_saved(keys, labels, vectors, params, tmp_path / "direct", num_threads=1)
+    assert written == saved and len(written) == len(set(labels)) + 3  # graphs, vectors.npy, ids.json
+    assert all(sha256_file(tmp_path / "direct" / name) == digest for name, digest in written.items())
+    assert not index._opened  # every graph is on disk only
+    queries = vectors[:40]
+    loaded = HNSWIndex.load(tmp_path / "saved")
+    assert index.search_batch(queries, 10) == loaded.search_batch(queries, 10)
+    label = min(labels)
+    assert index.search_batch(queries, 10, label) == loaded.search_batch(queries, 10, label)
+    assert set(index._opened) == {(None, 0), (label, 0)}
