@@ -35,6 +35,7 @@ from graphs.heap import table
 from graphs.index.hnsw_shards import (
     build_shard,
     checked_rows,
+    graph_vectors,
     merge_topk,
     new_graph,
     save_graph,
@@ -372,7 +373,7 @@ class HNSWIndex:
             if len(positions) == len(self.keys) and positions == list(range(len(self.keys))):
                 return self._vectors  # every vector in id order: the read-only map itself, no copy
             return np.asarray(self._vectors[positions], dtype=np.float32)
-        return np.asarray(self._graph(None).get_items(positions, return_type="numpy"), dtype=np.float32)
+        return graph_vectors(self._graph(None), positions)
 
     def __contains__(self, key: object) -> bool:
         return key in self._pos

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file
-from graphs.index.hnsw_shards import checked_rows, save_graph, shard_graphs
+from graphs.index.hnsw_shards import checked_rows, graph_vectors, save_graph, shard_graphs
 
 
 def build_saved(
@@ -40,7 +40,7 @@ def build_saved(
         name = GLOBAL_FILE if label is None else names[label]
         files[name] = save_graph(graph, out / name)
         if label is None:  # the vectors as the graphs hold them (normalised), which vectors.npy stores
-            stored = np.asarray(graph.get_items(list(range(n)), return_type="numpy"), dtype=np.float32)
+            stored = graph_vectors(graph, range(n))
         del graph  # before the next graph is built
     index = HNSWIndex(list(keys), list(labels), dim, params, HNSWIndex._opener(out / GLOBAL_FILE, dim, n),
                       {label: HNSWIndex._opener(out / name, dim, int(counts[label])) for label, name in names.items()},
