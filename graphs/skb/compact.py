@@ -32,7 +32,6 @@ import json
 import mmap
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, NoReturn, cast, overload
@@ -55,7 +54,7 @@ from graphs.skb.compact_write import (
     write_compact,
 )
 from graphs.skb.digest import code_digest, schema_digest
-from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType, relation_counts
+from graphs.skb.model import SKB, Edge, GraphSchema, Node, NodeType
 
 __all__ = [
     "COMPACT_DIR",
@@ -475,11 +474,6 @@ class CompactSKB(SKB):
                 else:
                     self._schema = super().schema(max_samples)
             return self._schema.model_copy(deep=True)
-
-    def relation_patterns(self) -> Counter[tuple[str, str, str]]:
-        """``(rel, source label, target label) -> edge count``, computed from the arrays without building an edge."""
-        return relation_counts(self._labels, self._node_label, self._rels, self._edge_rel, self._edge_src,
-                               self._edge_dst)
 
     # -- arrays for vectorised consumers --------------------------------------------------
     @property
