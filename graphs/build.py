@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from graphs.embedding.embedder import DEFAULT_EMBEDDER
 from graphs.errors import ConfigError
+from graphs.heap import give_back_freed_memory, paused_gc
 from graphs.sage.edges import SimilarityConfig
 from graphs.skb.model import SKB
 from graphs.tuning.train import TuneConfig
@@ -246,11 +247,7 @@ def release_heap() -> None:
     import gc
 
     gc.collect()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None).malloc_trim(0)
-        except (OSError, AttributeError):  # another libc
-            pass
+    give_back_freed_memory()
 
 
 def dir_size(path: Path) -> int:
@@ -261,6 +258,7 @@ def _noop(stage: str, done: int, total: int) -> None:
     return None
 
 
+@paused_gc()  # millions of objects that live until the build ends: see graphs.heap
 def build_index(
     skb: SKB,
     index_dir: Path,

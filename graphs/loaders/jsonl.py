@@ -22,7 +22,6 @@ node keys are not.
 
 from __future__ import annotations
 
-import gc
 import gzip as gzip_mod
 import io
 import json
@@ -33,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from graphs.errors import LoaderError
+from graphs.heap import paused_gc
 from graphs.loaders.lines import MAX_LINE_BYTES, line_blocks
 from graphs.manifest import atomic_write_bytes
 from graphs.skb.model import SKB, Edge, Node, NodeType
@@ -328,15 +328,10 @@ def load_jsonl(directory: Path, max_line_bytes: int = MAX_LINE_BYTES) -> SKB:
 
     # Creating ~10^6 small objects triggers the cyclic GC over and over; nothing built
     # here is cyclic, so pausing it roughly halves the load time.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         _load_nodes(skb, nodes_path, max_line_bytes)
         if edges_path is not None:
             _load_edges(skb, edges_path, nodes_path.name, max_line_bytes)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return skb
 
 

@@ -30,7 +30,6 @@ from a trusted source (e.g. STaRK's own release). Where both ``X.pt`` and ``X.pk
 
 from __future__ import annotations
 
-import gc
 import math
 import pickle
 import re
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.errors import LoaderError
+from graphs.heap import paused_gc
 from graphs.skb.model import SKB, Edge, Node, NodeType
 
 NAME_FIELDS = ("name", "title", "DisplayName")
@@ -194,13 +194,8 @@ def load_stark(
     directory = Path(directory)
     if not directory.is_dir():
         raise LoaderError(str(directory), "directory not found", fix="pass STaRK's processed directory")
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _load(directory, name, node_type_dict, edge_type_dict, trust_pickle)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _load(

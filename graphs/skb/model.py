@@ -8,7 +8,6 @@ rendered into prompts.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from graphs.errors import LoaderError, first_problems
+from graphs.heap import paused_gc
 from graphs.skb.names import NAME_FIX, key_problem, name_problem
 from graphs.skb.storable import KEY_FIX, KEY_TRIMMED, PROPERTY_FIX, SHOWN, props_problem, store_key_problem
 
@@ -287,16 +287,10 @@ class SKB:
         if self._out is None or self._in is None:
             out: dict[str, list[int]] = defaultdict(list)
             inc: dict[str, list[int]] = defaultdict(list)
-            # Hundreds of thousands of small lists: the cyclic GC would rescan them repeatedly.
-            was_enabled = gc.isenabled()
-            gc.disable()
-            try:
+            with paused_gc():  # hundreds of thousands of small lists: the cyclic GC would rescan them repeatedly
                 for i, edge in enumerate(self.edges):
                     out[edge.src].append(i)
                     inc[edge.dst].append(i)
-            finally:
-                if was_enabled:
-                    gc.enable()
             self._out, self._in = dict(out), dict(inc)
         return self._out, self._in
 

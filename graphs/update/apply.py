@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from graphs.build import BuildSummary, IndexConfig, StageProgress, build_index
 from graphs.errors import ConfigError, IndexCorruptError
+from graphs.heap import paused_gc
 from graphs.manifest import Manifest
 from graphs.skb.model import SKB
 from graphs.update.changes import ChangeSet, apply_changes, stale_texts
@@ -124,6 +125,7 @@ def config_for_update(manifest: Manifest, index_dir: Path, *,
     return config
 
 
+@paused_gc()  # the parent's graph and the changed one, millions of objects: see graphs.heap
 def update_index(index_dir: Path, changes: ChangeSet, *, progress: StageProgress | None = None,
                  lock_wait_s: float = LOCK_WAIT_S, read: tuple[str, SKB] | None = None,
                  live_source: dict[str, Any] | None = None) -> UpdateSummary:

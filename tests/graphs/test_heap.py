@@ -72,3 +72,43 @@ def test_memory_freed_below_a_live_block_goes_back_to_the_system() -> None:
     assert give_back_freed_memory() is True
     assert before - _rss_mb() > 100, (before, _rss_mb())
     assert len(alive) == 4001
+
+
+def test_paused_gc_stops_automatic_collections_and_restores_the_callers_state() -> None:
+    """Inside the block no automatic collection runs however many objects are made; on leaving it the
+    collector is as the caller had it (enabled, or disabled by the caller, or after an error)."""
+    from graphs.heap import paused_gc
+
+    assert gc.isenabled()
+    runs: list[str] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            runs.append(phase)
+
+    gc.callbacks.append(count)
+    try:
+        with paused_gc():
+            kept = [[i] for i in range(50_000)]  # far past the first generation's threshold (700)
+            assert not gc.isenabled() and runs == []
+            with paused_gc():
+                pass
+            assert not gc.isenabled()  # a nested block leaves the outer pause in place
+        assert gc.isenabled() and len(kept) == 50_000
+        [[i] for i in range(50_000)]
+        assert runs, "collections run again after the block"
+    finally:
+        gc.callbacks.remove(count)
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # the caller's own disable is kept
+    finally:
+        gc.enable()
+    try:
+        with paused_gc():
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert gc.isenabled()
