@@ -41,6 +41,10 @@ class BuildEngine(Protocol):
     """What ``graphs.build.build_index`` asks of an engine; each method is one stage."""
 
     name: str
+    beside_embedding: bool
+    """Whether the build may write the fast-start files on a thread while this engine embeds: true where the
+    engine embeds in this process (the encoder's native code leaves the interpreter to the other thread),
+    false where it schedules work of its own that the two stages would compete for."""
 
     def embed(self, embedder: Embedder, spec: EmbedderSpec, texts: Sequence[str], *, chunk: int,
               progress: Progress | None) -> np.ndarray:
@@ -79,6 +83,7 @@ class LocalEngine:
     graphs in that many row ranges, one after the other)."""
 
     name = "local"
+    beside_embedding = True
 
     def __init__(self, shards: int = 1) -> None:
         self.shards = max(1, int(shards))

@@ -121,6 +121,7 @@ class RayEngine:
     """Build stages as Ray work; ``shards`` HNSW shards (default: the cluster's CPUs)."""
 
     name = "ray"
+    beside_embedding = False  # the compact SKB's tasks would wait for the embedding actors' CPUs
 
     def __init__(self, address: str | None = None, shards: int | None = None) -> None:
         ray = _ray()  # with ray.data, which configures Ray Data's loggers: ours are set after
