@@ -294,7 +294,7 @@ def build_index(
     timings: dict[str, float] = {}
     # the fast-start files are written on this thread beside the texts and embedding stages where the engine
     # embeds in this process: neither stage reads what the other makes, and the encoder leaves the
-    # interpreter to it while it runs (an HPO update: 1 s of its 3 s)
+    # interpreter to it while it runs (an update of 100 HPO nodes: 10.7 -> 9.7 s on two cores)
     beside = ThreadPoolExecutor(1, thread_name_prefix="fast_start") if getattr(engine, "beside_embedding",
                                                                                    False) else None
     try:
