@@ -293,8 +293,7 @@ def build_index(
     tmp.mkdir()
     timings: dict[str, float] = {}
     # the fast-start files are written on this thread beside the texts and embedding stages where the engine
-    # embeds in this process: neither stage reads what the other makes, and the encoder leaves the
-    # interpreter to it while it runs (an update of 100 HPO nodes: 10.7 -> 9.7 s on two cores)
+    # asks for it (``BuildEngine.beside_embedding``: an update): neither stage reads what the other makes
     beside = ThreadPoolExecutor(1, thread_name_prefix="fast_start") if getattr(engine, "beside_embedding",
                                                                                    False) else None
     try:

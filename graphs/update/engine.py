@@ -56,7 +56,7 @@ class PatchEngine:
     generation's graphs (``patch_hnsw``); everything else, and an index it cannot patch, as a build does."""
 
     name = "local"
-    beside_embedding = True
+    beside_embedding = True  # a few hundred texts embedded while the stored tables are written
 
     def __init__(self, parent: Path, changed: Collection[str], shards: int = 1, parent_skb: SKB | None = None,
                  changed_edges: Collection[tuple[str, str, str]] = (),

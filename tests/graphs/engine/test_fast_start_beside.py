@@ -1,6 +1,6 @@
-"""The in-process build writes the fast-start files (the compact graph and the stored tables) on a thread
-while it embeds the node texts: the files are those of the build that writes them first, and a stage that
-fails on either side leaves no temp directory and the previous index serving."""
+"""An engine that asks for it (an update's) has the build write the fast-start files (the compact graph and
+the stored tables) on a thread while it embeds the node texts: the files are those of the build that writes
+them first, and a stage that fails on either side leaves no temp directory and the previous index serving."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from tests.store_fixtures import tiny_skb
 CONFIG = IndexConfig(dataset="tiny", store="none")  # the real MiniLM encoder
 
 
-class OneAtATime(LocalEngine):
-    beside_embedding = False
+class Beside(LocalEngine):
+    beside_embedding = True
 
 
 def _files(index: Path) -> dict[str, bytes]:
@@ -38,8 +38,8 @@ def test_written_beside_the_embedding_the_files_are_those_written_before_it(
         write(*args)
 
     monkeypatch.setattr(graphs.build, "write_fast_start", recorded)
-    beside = build_index(tiny_skb(), tmp_path / "beside", CONFIG, engine=LocalEngine())
-    build_index(tiny_skb(), tmp_path / "sequential", CONFIG, engine=OneAtATime())
+    beside = build_index(tiny_skb(), tmp_path / "beside", CONFIG, engine=Beside())
+    build_index(tiny_skb(), tmp_path / "sequential", CONFIG)  # the default engine: one stage after the other
     assert threads[0].startswith("fast_start") and threads[1] == threading.main_thread().name
     assert _files(tmp_path / "beside") == _files(tmp_path / "sequential")
     assert any(name.startswith("skb/state/") for name in _files(tmp_path / "beside"))
@@ -63,7 +63,7 @@ def test_an_embedding_that_fails_while_the_files_are_written_leaves_the_previous
         finally:
             finished.set()
 
-    class Failing(LocalEngine):
+    class Failing(Beside):
         def embed(self, *args: Any, **kwargs: Any) -> Any:
             assert started.wait(10)
             failed.set()
@@ -84,5 +84,5 @@ def test_a_failure_of_the_fast_start_files_is_the_builds_error(tmp_path: Path, m
 
     monkeypatch.setattr(graphs.build, "write_fast_start", broken)
     with pytest.raises(OSError, match="disk full"):
-        build_index(tiny_skb(), tmp_path / "index", CONFIG)
+        build_index(tiny_skb(), tmp_path / "index", CONFIG, engine=Beside())
     assert not [p.name for p in tmp_path.iterdir() if p.name != ".skb-cache"]
