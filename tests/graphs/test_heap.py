@@ -75,11 +75,30 @@ def test_memory_freed_below_a_live_block_goes_back_to_the_system() -> None:
 
 
 def test_paused_gc_stops_automatic_collections_and_restores_the_callers_state() -> None:
-    """Inside the block no automatic collection runs however many objects are made; on leaving it the
-    collector is as the caller had it (enabled, or disabled by the caller, or after an error)."""
+    """Inside the block no automatic collection runs however many objects are made, and an explicit one
+    skips what was alive at its start; on leaving it the collector is as the caller had it (enabled, or
+    disabled by the caller, or after an error; objects the caller froze stay frozen)."""
     from graphs.heap import paused_gc
 
-    assert gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    before = [[i] for i in range(1000)]
+    with paused_gc():
+        assert gc.get_freeze_count() >= len(before)  # an explicit collection inside does not visit them
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # what the block made is still collected
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        with paused_gc():
+            made = [[i] for i in range(1000)]
+            with paused_gc():  # would freeze ``made`` if the caller's freeze were not left alone
+                assert gc.get_freeze_count() <= frozen < frozen + len(made)
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
     runs: list[str] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
