@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -342,7 +343,9 @@ def build_index(
         else:
             t0 = time.perf_counter()
             check_embedder(embedder, embedder_spec)  # opened even when every vector below comes from the cache
-            vectors = engine.embed(embedder, spec, texts, chunk=batch, progress=lambda d, t: report("embed", d, t))
+            with _cores_left(beside is not None):  # one core writes the fast-start files meanwhile
+                vectors = engine.embed(embedder, spec, texts, chunk=batch,
+                                       progress=lambda d, t: report("embed", d, t))
             timings["embed"] = time.perf_counter() - t0
         timings["fast_start"] = fast_start.result()
         report("fast_start", 1, 1)
@@ -456,6 +459,17 @@ def build_index(
         timings_s={k: round(v, 3) for k, v in timings.items()},
         size_bytes=dir_size(index_dir),
     )
+
+
+def _cores_left(beside: bool) -> AbstractContextManager[None]:
+    """Where the fast-start files are written beside the embedding: an encoder opened meanwhile runs one
+    thread fewer than this process's cores (``graphs.embedding.onnx_runtime.batch_threads``)."""
+    if not beside:
+        return nullcontext()
+    from graphs.embedding.onnx_runtime import batch_threads
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return batch_threads(cores - 1)
 
 
 def _timed(pool: ThreadPoolExecutor | None, work: Callable[..., object], *args: Any) -> Future[float]:

@@ -32,7 +32,9 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -409,6 +411,23 @@ _SESSIONS: dict[tuple[str, str, int | None], Any] = {}
 QUERY_THREADS = 1
 
 
+_BATCH_THREADS: ContextVar[int | None] = ContextVar("onnx_batch_threads", default=None)
+
+
+@contextmanager
+def batch_threads(threads: int) -> Iterator[None]:
+    """Batch sessions first opened inside the block run ``threads`` intra-op threads (``SKB_ONNX_THREADS``,
+    where set, still decides). Why: a build that writes its stored tables on one core while it embeds (an
+    update) leaves the encoder the other cores; with one thread per core the encoder's threads and that work
+    took turns on the same cores (an HPO update of 100 nodes: 13.6 CPU s against 11.3, 10.0 s wall against
+    9.2 on two cores)."""
+    token = _BATCH_THREADS.set(max(1, threads))
+    try:
+        yield
+    finally:
+        _BATCH_THREADS.reset(token)
+
+
 def _env_threads() -> int | None:
     threads = os.environ.get("SKB_ONNX_THREADS")
     if not threads:
@@ -500,7 +519,7 @@ class OnnxBertEncoder:
                 if query and self._query_session is None:
                     self._query_session = _session(self.model, self.variant, threads or QUERY_THREADS)
                 if not query and self._session is None:
-                    self._session = _session(self.model, self.variant, threads)
+                    self._session = _session(self.model, self.variant, threads or _BATCH_THREADS.get())
         return self._tokenizer, self._query_session if query else self._session
 
     def encode(self, texts: list[str], batch_size: int, *, query: bool = False) -> np.ndarray:

@@ -102,6 +102,31 @@ def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.integration
+def test_a_batch_session_opened_in_batch_threads_runs_that_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build that writes its stored tables beside the embedding leaves the encoder one core fewer; the
+    batch session opened in the block keeps its threads after it, and SKB_ONNX_THREADS still decides."""
+    from graphs.embedding.onnx_runtime import batch_threads
+
+    monkeypatch.delenv("SKB_ONNX_THREADS", raising=False)
+    emb = MiniLMEmbedder(max_seq_length=SEQ)
+    with batch_threads(1):
+        inside = emb.embed(["generalized tonic-clonic seizure", "short stature"])
+    emb.embed(["short stature"])
+    assert emb._get_encoder()._session.get_session_options().intra_op_num_threads == 1
+    np.testing.assert_allclose(inside[0], emb.embed_query("generalized tonic-clonic seizure"), atol=1e-5)
+    with batch_threads(0):  # never fewer than one
+        MiniLMEmbedder(max_seq_length=SEQ).embed(["x"])
+    other = MiniLMEmbedder(max_seq_length=SEQ)
+    other.embed(["short stature"])  # outside the block: ONNX Runtime's default
+    assert other._get_encoder()._session.get_session_options().intra_op_num_threads == 0
+    monkeypatch.setenv("SKB_ONNX_THREADS", "2")
+    pinned = MiniLMEmbedder(max_seq_length=SEQ)
+    with batch_threads(1):
+        pinned.embed(["short stature"])
+    assert pinned._get_encoder()._session.get_session_options().intra_op_num_threads == 2
+
+
+@pytest.mark.integration
 def test_int8_variant_is_close_and_named_apart(hpo_sample: list[str], torch_vectors: np.ndarray) -> None:
     int8 = MiniLMEmbedder(max_seq_length=SEQ, quantize=True)
     assert int8.model_name == "all-MiniLM-L6-v2@64+int8" != MiniLMEmbedder(max_seq_length=SEQ).model_name

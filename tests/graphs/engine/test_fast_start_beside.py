@@ -4,6 +4,7 @@ them first, and a stage that fails on either side leaves no temp directory and t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -44,6 +45,24 @@ def test_written_beside_the_embedding_the_files_are_those_written_before_it(
     assert _files(tmp_path / "beside") == _files(tmp_path / "sequential")
     assert any(name.startswith("skb/state/") for name in _files(tmp_path / "beside"))
     assert list(beside.timings_s)[:3] == ["write_skb", "fast_start", "texts"] and beside.timings_s["fast_start"] > 0
+
+
+def test_beside_the_fast_start_files_the_encoder_runs_a_thread_fewer(tmp_path: Path) -> None:
+    from graphs.embedding.onnx_runtime import _BATCH_THREADS
+
+    seen: list[int | None] = []
+
+    class Recording(LocalEngine):
+        def embed(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append(_BATCH_THREADS.get())
+            return super().embed(*args, **kwargs)
+
+    class RecordingBeside(Recording):
+        beside_embedding = True
+
+    build_index(tiny_skb(), tmp_path / "beside", CONFIG, engine=RecordingBeside())
+    build_index(tiny_skb(), tmp_path / "sequential", CONFIG, engine=Recording())
+    assert seen == [max(1, len(os.sched_getaffinity(0)) - 1), None]
 
 
 def test_an_embedding_that_fails_while_the_files_are_written_leaves_the_previous_index(
