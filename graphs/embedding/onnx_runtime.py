@@ -416,11 +416,12 @@ _BATCH_THREADS: ContextVar[int | None] = ContextVar("onnx_batch_threads", defaul
 
 @contextmanager
 def batch_threads(threads: int) -> Iterator[None]:
-    """Batch sessions first opened inside the block run ``threads`` intra-op threads (``SKB_ONNX_THREADS``,
-    where set, still decides). Why: a build that writes its stored tables on one core while it embeds (an
-    update) leaves the encoder the other cores; with one thread per core the encoder's threads and that work
-    took turns on the same cores (an HPO update of 100 nodes: 13.6 CPU s against 11.3, 10.0 s wall against
-    9.2 on two cores)."""
+    """Batches embedded inside the block run on a session of ``threads`` intra-op threads, the single-query
+    session where that is one (``SKB_ONNX_THREADS``, where set, still decides); outside it, on the batch
+    session as before. Why: a build that writes its stored tables on one core while it embeds (an update)
+    leaves the encoder the other cores; with one thread per core the encoder's threads and that work took
+    turns on the same cores (an HPO update of 100 nodes on two cores: 13.6 CPU s against 11.3, 10.0 s wall
+    against 9.2)."""
     token = _BATCH_THREADS.set(max(1, threads))
     try:
         yield
@@ -500,6 +501,11 @@ class OnnxBertEncoder:
         queries on a small machine, loses to thread hand-offs and spinning (on 2 busy cores a query took
         23 ms with the default threads and 15 ms with one). A process that only answers questions
         creates only the query session."""
+        override = None if query or _env_threads() is not None else _BATCH_THREADS.get()
+        if override is not None:  # a session of that many threads (the query session's when one)
+            tokenizer, _ = self._ready(query=True)
+            assert self.model is not None
+            return tokenizer, _session(self.model, self.variant, override)
         if self._tokenizer is None or (self._query_session if query else self._session) is None:
             with self._lock:
                 if self._tokenizer is None:
@@ -519,7 +525,7 @@ class OnnxBertEncoder:
                 if query and self._query_session is None:
                     self._query_session = _session(self.model, self.variant, threads or QUERY_THREADS)
                 if not query and self._session is None:
-                    self._session = _session(self.model, self.variant, threads or _BATCH_THREADS.get())
+                    self._session = _session(self.model, self.variant, threads)
         return self._tokenizer, self._query_session if query else self._session
 
     def encode(self, texts: list[str], batch_size: int, *, query: bool = False) -> np.ndarray:

@@ -103,22 +103,33 @@ def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.integration
 def test_a_batch_session_opened_in_batch_threads_runs_that_many(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A build that writes its stored tables beside the embedding leaves the encoder one core fewer; the
-    batch session opened in the block keeps its threads after it, and SKB_ONNX_THREADS still decides."""
+    """A build that writes its stored tables beside the embedding leaves the encoder one core fewer: batches
+    inside the block run on a session of that many threads (the query session's when one, so none is
+    opened for it), outside it on the batch session; SKB_ONNX_THREADS still decides."""
     from graphs.embedding.onnx_runtime import batch_threads
 
     monkeypatch.delenv("SKB_ONNX_THREADS", raising=False)
+    used: list[int] = []
+    run = onnx_embedder._session
+
+    def recorded(*args: Any) -> Any:
+        session = run(*args)
+        used.append(session.get_session_options().intra_op_num_threads)
+        return session
+
+    monkeypatch.setattr(onnx_embedder, "_session", recorded)
     emb = MiniLMEmbedder(max_seq_length=SEQ)
     with batch_threads(1):
         inside = emb.embed(["generalized tonic-clonic seizure", "short stature"])
-    emb.embed(["short stature"])
-    assert emb._get_encoder()._session.get_session_options().intra_op_num_threads == 1
+    encoder = emb._get_encoder()
+    assert used[-1] == 1 and encoder._session is None  # the query session's threads; no batch session yet
     np.testing.assert_allclose(inside[0], emb.embed_query("generalized tonic-clonic seizure"), atol=1e-5)
+    emb.embed(["short stature"])  # outside the block: ONNX Runtime's default
+    batch_session: Any = emb._get_encoder()._session
+    assert batch_session.get_session_options().intra_op_num_threads == 0
     with batch_threads(0):  # never fewer than one
-        MiniLMEmbedder(max_seq_length=SEQ).embed(["x"])
-    other = MiniLMEmbedder(max_seq_length=SEQ)
-    other.embed(["short stature"])  # outside the block: ONNX Runtime's default
-    assert other._get_encoder()._session.get_session_options().intra_op_num_threads == 0
+        emb.embed(["x"])
+    assert used[-1] == 1
     monkeypatch.setenv("SKB_ONNX_THREADS", "2")
     pinned = MiniLMEmbedder(max_seq_length=SEQ)
     with batch_threads(1):
