@@ -281,7 +281,7 @@ class IndexBundle:
         from graphs.manifest import Manifest
 
         if not (index_dir / "manifest.json").exists():
-            from graphs.build import missing_index_message
+            from graphs.index_dir import missing_index_message
 
             raise IndexNotFoundError(
                 missing_index_message(index_dir, f"skb index --dataset <{'|'.join(DATASETS)}> --data PATH")

@@ -112,7 +112,8 @@ def index_command(
     ] = None,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
-    from graphs.build import IndexConfig, SimilarityConfig, check_target
+    from graphs.build import IndexConfig, SimilarityConfig
+    from graphs.index_dir import check_target
 
     try:
         if update is not None:

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from graphs.build import IndexConfig, build_index, clean_stale_builds
+from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
 from graphs.errors import IndexCorruptError
+from graphs.index_dir import clean_stale_builds
 from graphs.skb.model import SKB
 from tests.paths import FIXTURES, REPO
 from tests.reliability_support import copy_index, falkordb_children, within
