@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from graphs.errors import ConfigError
+from graphs.manifest import fsync_dir
 
 #: Top-level entries a build writes (the CLI adds ``inputs.sha256``); everything else in an index is the user's.
 BUILD_OWNED = frozenset(
@@ -134,7 +135,7 @@ def swap_in(tmp: Path, index_dir: Path) -> None:
     found at the same path afterwards), and once more after it for any created meanwhile. The old
     directory is deleted only when it holds nothing but build-owned parts.
     """
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if index_dir.exists():
         foreign = _foreign_files(index_dir)  # created since check_target: refuse rather than delete
         if foreign:
@@ -155,7 +156,7 @@ def swap_in(tmp: Path, index_dir: Path) -> None:
             except BaseException:
                 os.replace(old, index_dir)  # put the previous index back; discard returns the user's entries
                 raise
-        _fsync_dir(index_dir.parent)
+        fsync_dir(index_dir.parent)
         _carry_user_entries(old, index_dir)
         _stop_server_for(old)
         if _foreign_files(old) or any(entry.name not in BUILD_OWNED for entry in old.iterdir()):
@@ -165,7 +166,7 @@ def swap_in(tmp: Path, index_dir: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, index_dir)
-        _fsync_dir(index_dir.parent)
+        fsync_dir(index_dir.parent)
 
 
 def discard(tmp: Path, index_dir: Path) -> None:
@@ -193,14 +194,6 @@ def _carry_user_entries(src: Path, dst: Path) -> None:
         if target.exists() or target.is_symlink():
             continue
         os.rename(entry, target)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _AT_FDCWD = -100
