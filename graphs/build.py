@@ -193,8 +193,7 @@ def build_index(
     # the graph files and the fast-start files are written on this thread beside the texts and embedding stages
     # where the engine asks for it (``BuildEngine.beside_embedding``: an update): neither side reads what the
     # other makes
-    beside = ThreadPoolExecutor(1, thread_name_prefix="fast_start") if getattr(engine, "beside_embedding",
-                                                                                   False) else None
+    beside = ThreadPoolExecutor(1, thread_name_prefix="fast_start") if engine.beside_embedding else None
     try:
         t0 = time.perf_counter()
         skb.validate(source=f"dataset {config.dataset}")
@@ -240,7 +239,7 @@ def build_index(
         else:
             t0 = time.perf_counter()
             check_embedder(embedder, embedder_spec)  # opened even when every vector below comes from the cache
-            with _cores_left(beside is not None):  # one core writes the fast-start files meanwhile
+            with _cores_left(beside is not None):  # one core writes the graph's files meanwhile
                 vectors = engine.embed(embedder, spec, texts, chunk=batch,
                                        progress=lambda d, t: report("embed", d, t))
             timings["embed"] = time.perf_counter() - t0

@@ -42,7 +42,7 @@ class BuildEngine(Protocol):
 
     name: str
     beside_embedding: bool
-    """Whether the build writes the fast-start files on a thread while this engine embeds. Why it is the
+    """Whether the build writes the graph files and the fast-start files on a thread while this engine embeds. Why it is the
     engine's choice: it pays where the engine embeds few texts in this process, as an update does (the encoder's
     native code leaves the interpreter to the other thread: an update of 100 HPO nodes 10.7 -> 9.7 s); a full
     build that embeds every text would hold both stages' memory at once (1M nodes: 1.2 GB more), and an engine
