@@ -220,7 +220,8 @@ def _build(skb: SKB, index_dir: Path, config: IndexConfig, progress: ProgressRep
 
     runner = open_engine(engine["name"], address=engine["address"], shards=engine["shards"])
     try:
-        return build_index(skb, index_dir, config, progress=progress, engine=runner)
+        # consumed: no caller reads the graph's records after the build, which lets them go once written
+        return build_index(skb, index_dir, config, progress=progress, engine=runner, consume=True)
     finally:
         runner.close()
 

@@ -84,7 +84,7 @@ def phrase_entries(skb: SKB) -> Iterator[tuple[str, PhraseKind, str]]:
     labels = set(linking.vocabulary_labels)
     if not labels:
         return
-    for node in skb.nodes.values():
+    for node in skb.iter_nodes():
         if node.label not in labels:
             continue
         seen: set[str] = set()

@@ -120,7 +120,7 @@ def default_fields(skb: SKB, min_mean_words: float = MIN_MEAN_WORDS) -> dict[str
     """
     out: dict[str, list[str]] = {}
     by_label: dict[str, list[Node]] = {}
-    for node in skb.nodes.values():
+    for node in skb.iter_nodes():
         by_label.setdefault(node.label, []).append(node)
     for label in sorted(by_label):
         nodes = by_label[label]

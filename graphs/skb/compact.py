@@ -299,6 +299,9 @@ class CompactSKB(SKB):
     def add_edge(self, edge: Edge) -> None:
         raise ConfigError("the SKB of an index is read-only; build a new index to change it")
 
+    def clear(self) -> None:
+        raise ConfigError("the SKB of an index is read-only; build a new index to change it")
+
     def validate(self, source: str = "<memory>") -> None:
         """Edges were validated when the index was built; the arrays hold node ids, not keys."""
 
@@ -311,6 +314,22 @@ class CompactSKB(SKB):
             return []
         lid = self._labels.index(label)
         return [self.nodes[self._keys[int(i)]] for i in np.flatnonzero(self._node_label == lid)]
+
+    def iter_nodes(self) -> Iterator[Node]:
+        """Every node once, in node order, the ones ``nodes`` keeps as kept and the others built and let go."""
+        cache = cast("_NodeMap", self.nodes)._cache
+        names = {label: self.node_types[label].name_field for label in self._labels}
+        step = 65536
+        for start in range(0, len(self._keys), step):
+            labels = self._node_label[start : start + step].tolist()
+            bounds = self._node_off[start : start + len(labels) + 1].tolist()
+            for j, lid in enumerate(labels):
+                key = self._keys[start + j]
+                node = cache.get(key)
+                if node is None:
+                    label = self._labels[lid]
+                    node = Node(key, label, self._node_props.get(bounds[j], bounds[j + 1]), name_field=names[label])
+                yield node
 
     def out_edges(self, key: str) -> Iterator[Edge]:
         i = self._index.get(key)

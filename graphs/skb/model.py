@@ -232,6 +232,16 @@ class SKB:
         self.edges.append(edge)
         self._out = self._in = None
 
+    def clear(self) -> None:
+        """Drop every node and edge, and what was derived from them; the name, node types and profile stay.
+
+        Why: a build that has written the graph's compact form reads that from then on (``graphs.build``,
+        ``consume``), and the records of a large graph are gigabytes of Python objects no later stage needs."""
+        self.nodes = {}
+        self.edges = []
+        self._out = self._in = None
+        self._position = None
+
     def validate(self, source: str = "<memory>") -> None:
         """Refuse dangling edges (a store would silently drop them), relation names no store can hold, and keys,
         property names and values a store would change (``graphs.skb.storable``)."""
@@ -282,6 +292,11 @@ class SKB:
 
     def nodes_of(self, label: str) -> list[Node]:
         return [n for n in self.nodes.values() if n.label == label]
+
+    def iter_nodes(self) -> Iterator[Node]:
+        """Every node once, in node order. Why not ``nodes.values()``: a compact SKB keeps each node that
+        ``nodes`` builds, so a pass over the whole graph would rebuild it in memory; this one keeps none."""
+        return iter(self.nodes.values())
 
     def _adjacency(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         if self._out is None or self._in is None:

@@ -13,6 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from graphs.errors import LoaderError
 from graphs.skb.model import SKB, Edge, LabelInfo, Node, PropertyInfo, RelationInfo, value_type_name
 from graphs.skb.storable import INT64_MAX, INT64_MIN, store_key_problem, value_problem
@@ -124,7 +126,7 @@ def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
     """Per label, rows of the form {"props": {...}} ready for `UNWIND $rows AS r ... SET n = r.props`."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     try:
-        for node in skb.nodes.values():
+        for node in skb.iter_nodes():
             rows[node.label].append(node_row(node))
     except _Unstorable:
         raise _refusal(skb) from None
@@ -133,6 +135,8 @@ def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
 
 def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     """Per (rel, src label, dst label), rows {"s": src key, "d": dst key, "p": props}; dangling edges are refused."""
+    if skb.arrays_are_fixed:
+        return _edge_rows_from_arrays(skb)
     rows: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for i, edge in enumerate(skb.edges):
         src = skb.nodes.get(edge.src)
@@ -150,6 +154,29 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
         except _Unstorable:
             raise _refusal(skb) from None
     return dict(rows)
+
+
+def _edge_rows_from_arrays(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """``edge_rows_by_pattern`` where the SKB holds its label and edge arrays (a compact SKB): the ends' labels
+    come from the arrays, not from a node per end (which a compact SKB would build), and its edges refer to node
+    ids, so none dangles."""
+    labels, node_label = skb.label_ids()
+    rels, rel_ids, src_ids, dst_ids = skb.edge_arrays()
+    n_labels = len(labels)
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    edges = iter(skb.edges)
+    step = 65536
+    try:
+        for start in range(0, len(rel_ids), step):
+            end = start + step
+            codes = ((np.asarray(rel_ids[start:end], dtype=np.int64) * n_labels + node_label[src_ids[start:end]])
+                     * n_labels + node_label[dst_ids[start:end]]).tolist()
+            for code, edge in zip(codes, edges):
+                groups[code].append(edge_row(edge))
+    except _Unstorable:
+        raise _refusal(skb) from None
+    return {(rels[code // (n_labels * n_labels)], labels[code // n_labels % n_labels], labels[code % n_labels]): rows
+            for code, rows in groups.items()}
 
 
 def label_info_from_samples(label: str, count: int, samples: Sequence[dict[str, Any]], max_samples: int) -> LabelInfo:
