@@ -55,6 +55,9 @@ class IndexConfig(BaseModel):
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
     hnsw_ef: int = 128
+    hnsw_global_graph: bool | None = None
+    """Also build one HNSW graph of all nodes beside the per-label graphs; None: where it pays
+    (``graphs.index.hnsw.wants_global_graph``: more than one label and up to 200,000 nodes, or many labels)."""
     embed_batch: int = 512
     cache_dir: Path | None = None
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
@@ -216,7 +219,8 @@ def build_index(
         texts = text_stage(skb, keys) if text_stage is not None else [skb.node_text(k) for k in keys]
         timings["texts"] = time.perf_counter() - t0
 
-        params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef)
+        params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef,
+                            global_graph=config.hnsw_global_graph)
         files: dict[str, str] = {}
         missing: list[str] = []
         batch = max(1, config.embed_batch)
@@ -258,6 +262,7 @@ def build_index(
             t0 = time.perf_counter()
             report("hnsw", 0, 1)
             hnsw, hnsw_files = engine.hnsw(keys, labels, vectors, params, tmp / "hnsw")
+            params = hnsw.params.model_copy(update={"global_graph": hnsw.has_global_graph})  # what was built
             del vectors  # the index holds what later stages read
             for rel, digest in hnsw_files.items():
                 files[f"hnsw/{rel}"] = digest

@@ -242,6 +242,9 @@ class HNSWParams(BaseModel):
     M: int = Field(default=32, ge=2, le=256)
     ef_construction: int = Field(default=200, ge=8)
     ef: int = Field(default=128, ge=1)
+    global_graph: bool | None = None
+    """Whether the index also holds one graph of all its nodes beside the per-label graphs; None: where it pays
+    (``graphs.index.hnsw.wants_global_graph``). A sharded build always makes one per shard."""
 
 
 class Counts(BaseModel):

@@ -14,6 +14,13 @@ asks for it (``per_label=True``: the semantic-search tool, linking a mention by 
 search per label while the index has at most ``MERGE_LABELS_UP_TO`` labels. It costs about one search per label
 (2.6-2.8x the global walk for one query at 3 and 8 labels), so hybrid ranking, which fuses a pool of dense
 candidates with BM25, keeps the one walk.
+
+Why the global graph is not always built: it inserts every vector a second time, half of the HNSW stage, which is
+most of a large build (a million generated nodes: about 500 of 1,000 CPU seconds), and half of its graph files and
+of an update's insertions. It serves the walk of hybrid ranking alone (and searches past ``MERGE_LABELS_UP_TO``
+labels), so ``wants_global_graph`` builds it where the build is small or the labels many; elsewhere every search
+without a label is the merge of the label graphs, and an index of one label needs none (its one label graph holds
+the same rows).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from graphs.index.hnsw_shards import (
     save_graph,
     save_shard,
     shard_dir,
+    shard_graphs,
     shard_ranges,
 )
 from graphs.index.meta import read_index_meta
@@ -67,6 +75,17 @@ _EXACT_BELOW = 64
 #: A ``per_label`` search merges the label graphs' answers up to this many labels (each label is one more search:
 #: 2.8x the global graph's time at 8 labels), and walks the global graph past it.
 MERGE_LABELS_UP_TO = 16
+#: Up to this many nodes an index with more than one label also builds the global graph (see the module docstring):
+#: there its second insertion costs a build tens of CPU seconds (100k generated nodes: 53), and hybrid ranking's
+#: walk stays 2.6-2.8x cheaper than the merge; past it the build cost grows to the largest part of the build.
+GLOBAL_GRAPH_UP_TO = 200_000
+
+
+def wants_global_graph(nodes: int, labels: int) -> bool:
+    """Whether an index of ``nodes`` nodes in ``labels`` labels builds the global graph (``HNSWParams.global_graph``
+    None): with many labels (the merge costs a search per label), or more than one label up to
+    ``GLOBAL_GRAPH_UP_TO`` nodes."""
+    return labels > MERGE_LABELS_UP_TO or (labels > 1 and nodes <= GLOBAL_GRAPH_UP_TO)
 
 
 def _label_file(label: str) -> str:
@@ -102,14 +121,16 @@ class HNSWIndex:
         labels: list[str],
         dim: int,
         params: HNSWParams,
-        global_index: hnswlib.Index | Opener,
+        global_index: hnswlib.Index | Opener | None,
         label_indexes: dict[str, hnswlib.Index | Opener],
         *,
         vectors: np.ndarray | None = None,
         shards: tuple[list[tuple[int, int]], ShardSources] | None = None,
     ) -> None:
         """``shards``: the row ranges and graphs of a sharded index (``graphs.index.hnsw_shards``); then
-        ``global_index`` and ``label_indexes`` only name what exists, and ``vectors`` is required."""
+        ``global_index`` and ``label_indexes`` only name what exists, and ``vectors`` is required. ``global_index``
+        None: an unsharded index without the global graph (every search without a label merges the label graphs);
+        then ``vectors`` is required too."""
         self.keys = table(keys)  # graphs.heap: untracked by the garbage collector
         self.labels = table(labels)
         self.dim = dim
@@ -118,8 +139,9 @@ class HNSWIndex:
         self._label_src = label_indexes
         self._opened: dict[tuple[str | None, int], hnswlib.Index] = {}
         self.shard_ranges, (self._shard_global, self._shard_label) = shards or ([(0, len(keys))], ([], {}))
-        if len(self.shard_ranges) > 1 and vectors is None:
-            raise ConfigError("a sharded HNSW index needs its vectors (vectors.npy) -- rebuild the index")
+        if (len(self.shard_ranges) > 1 or global_index is None) and vectors is None and keys:
+            raise ConfigError("a sharded HNSW index, or one without its global graph, needs its vectors "
+                              "(vectors.npy) -- rebuild the index")
         self._open_lock = threading.Lock()
         self._vectors = vectors
         self._pos = {key: i for i, key in enumerate(keys)}
@@ -139,6 +161,11 @@ class HNSWIndex:
     def sharded(self) -> bool:
         return len(self.shard_ranges) > 1
 
+    @property
+    def has_global_graph(self) -> bool:
+        """Whether the index holds the global graph (see ``wants_global_graph``)."""
+        return self._global_src is not None
+
     def _graph(self, label: str | None, shard: int = 0) -> hnswlib.Index:
         """The global (``None``) or a label's graph (of one shard), opened on first use with the current ef."""
         index = self._opened.get((label, shard))
@@ -152,6 +179,9 @@ class HNSWIndex:
                     assert src is not None
                 else:
                     src = self._global_src if label is None else self._label_src[label]
+                    if src is None:
+                        raise ConfigError("this HNSW index was built without its global graph: search it without "
+                                          "a label (the label graphs merged) or by label")
                 index = src if isinstance(src, hnswlib.Index) else src()
                 index.set_ef(self.params.ef)
                 self._opened[(label, shard)] = index
@@ -171,7 +201,8 @@ class HNSWIndex:
         shards: int = 1,
     ) -> HNSWIndex:
         """``shards`` > 1 builds the graphs in that many row ranges (``graphs.index.hnsw_shards``), one after
-        the other here; ``graphs.engine`` builds them in parallel tasks."""
+        the other here; ``graphs.engine`` builds them in parallel tasks (each shard with its global graph).
+        One shard builds the global graph where ``params.global_graph`` asks for it (None: ``wants_global_graph``)."""
         params = params or HNSWParams()
         vectors = checked_rows(keys, labels, vectors)
         n, dim = vectors.shape
@@ -180,8 +211,20 @@ class HNSWIndex:
             ranges = shard_ranges(n, shards)
             built = [build_shard(vectors, labels, a, b, params, seed, threads) for a, b in ranges]
             return cls.from_shards(keys, labels, vectors, params, ranges, built)
-        global_index, by_label = build_shard(vectors, labels, 0, n, params, seed, threads)  # one shard: all rows
-        return cls(list(keys), list(labels), dim, params, global_index, dict(by_label))
+        with_global = (params.global_graph if params.global_graph is not None
+                       else wants_global_graph(n, len(set(labels))))
+        params = params.model_copy(update={"global_graph": with_global})
+        if with_global:
+            global_index, by_label = build_shard(vectors, labels, 0, n, params, seed, threads)  # one shard: all rows
+            return cls(list(keys), list(labels), dim, params, global_index, dict(by_label))
+        graphs = dict(shard_graphs(vectors, labels, 0, n, params, seed, threads, global_graph=False))
+        stored = np.empty((n, dim), dtype=np.float32)  # as the graphs hold them (normalised)
+        label_arr = np.asarray(labels, dtype=object)
+        for label, graph in graphs.items():
+            rows = np.flatnonzero(label_arr == label)
+            stored[rows] = graph_vectors(graph, rows)
+        return cls(list(keys), list(labels), dim, params, None,
+                   {label: graph for label, graph in graphs.items() if label is not None}, vectors=stored)
 
     @classmethod
     def from_shards(
@@ -264,7 +307,7 @@ class HNSWIndex:
             return [[] for _ in range(len(queries))]
         if size < _EXACT_BELOW:
             return self._exact(queries, k, label)
-        if label is None and per_label and self._merges_labels():
+        if label is None and ((per_label and self._merges_labels()) or not (self.sharded or self.has_global_graph)):
             return self._merged_labels(queries, k)
         if self.sharded:
             return self._search_shards(queries, k, label)
@@ -393,9 +436,8 @@ class HNSWIndex:
                 layout.append(names)
                 files.update(written)
             return files | self.write_sharded_meta(dir, layout)
-        for name, index in [(GLOBAL_FILE, self._graph(None))] + [
-            (label_files[label], self._graph(label)) for label in sorted(self._label_src)
-        ]:
+        whole = [(GLOBAL_FILE, self._graph(None))] if self.has_global_graph else []
+        for name, index in whole + [(label_files[label], self._graph(label)) for label in sorted(self._label_src)]:
             files[name] = save_graph(index, dir / name)
         return files | self.write_table(dir)
 
@@ -415,7 +457,7 @@ class HNSWIndex:
             "space": "cosine",
             "dim": self.dim,
             "params": self.params.model_dump(),
-            "global": GLOBAL_FILE,
+            "global": GLOBAL_FILE if self.has_global_graph else None,
             "label_files": label_files,
             "keys": self.keys,
             "labels": self.labels,
@@ -442,7 +484,9 @@ class HNSWIndex:
         deleted: dict[str, int] = {}
         slots: list[np.ndarray] = []
 
-        def parse(meta: dict[str, Any]) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str, Any]:
+        def parse(
+            meta: dict[str, Any],
+        ) -> tuple[int, HNSWParams, list[str], list[str], dict[str, str], str | None, Any]:
             deleted.update({str(k): int(v) for k, v in (meta.get("deleted") or {}).items()})
             if meta.get("slot_rows") is not None:
                 slots.append(np.asarray(meta["slot_rows"], dtype=np.int64))
@@ -452,7 +496,7 @@ class HNSWIndex:
                 [str(k) for k in meta["keys"]],
                 [str(lab) for lab in meta["labels"]],
                 {str(k): str(v) for k, v in meta["label_files"].items()},
-                str(meta["global"]),
+                None if meta["global"] is None else str(meta["global"]),
                 meta.get("shards"),
             )
 
@@ -468,13 +512,18 @@ class HNSWIndex:
             params = params.model_copy(update={"ef": ef})
         if shards is not None:
             return cls._load_shards(dir, keys, labels, dim, params, shards)
-        for name in [global_name, *label_files.values()]:
+        for name in [*([global_name] if global_name is not None else []), *label_files.values()]:
             if not (dir / name).is_file():
                 raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
-        global_index = cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0))
+        vectors = cls._map_vectors(dir, len(keys), dim)
+        if global_name is None and (vectors is None or set(label_files) != set(labels)):
+            raise IndexCorruptError(f"{meta_path} names no global graph, but its index lacks vectors.npy or a label "
+                                    "graph -- rebuild the index with `skb index`")
+        global_index = (None if global_name is None
+                        else cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0)))
         by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0) + deleted.get(name, 0))
                     for label, name in label_files.items()}
-        loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=cls._map_vectors(dir, len(keys), dim))
+        loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=vectors)
         loaded.deleted = deleted
         if slots:
             rows = slots[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file
+from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file, wants_global_graph
 from graphs.index.hnsw_shards import checked_rows, graph_vectors, save_graph, shard_graphs
 
 
@@ -27,22 +27,33 @@ def build_saved(
     num_threads: int | None = None,
     seed: int = 100,
 ) -> tuple[HNSWIndex, dict[str, str]]:
-    """The index of ``vectors`` written to ``out``: (the index, {file relative to ``out``: sha256})."""
+    """The index of ``vectors`` written to ``out``: (the index, {file relative to ``out``: sha256}). The global
+    graph is built where ``params.global_graph`` asks for it (None: ``wants_global_graph``)."""
     vectors = checked_rows(keys, labels, vectors)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n, dim = vectors.shape
     names = {label: label_file(label) for label in sorted(set(labels))}
-    counts = dict(zip(*np.unique(np.asarray(labels, dtype=object), return_counts=True), strict=True))
+    with_global = params.global_graph if params.global_graph is not None else wants_global_graph(n, len(names))
+    params = params.model_copy(update={"global_graph": with_global})  # the id table records what was built
+    label_arr = np.asarray(labels, dtype=object)
+    counts = dict(zip(*np.unique(label_arr, return_counts=True), strict=True))
     files: dict[str, str] = {}
-    stored = vectors
-    for label, graph in shard_graphs(vectors, labels, 0, n, params, seed, num_threads or _num_threads()):
+    # the vectors as the graphs hold them (normalised), which vectors.npy stores: from the global graph, or
+    # from each label's graph where there is none
+    stored = vectors if with_global else np.empty((n, dim), dtype=np.float32)
+    graphs = shard_graphs(vectors, labels, 0, n, params, seed, num_threads or _num_threads(), global_graph=with_global)
+    for label, graph in graphs:
         name = GLOBAL_FILE if label is None else names[label]
         files[name] = save_graph(graph, out / name)
-        if label is None:  # the vectors as the graphs hold them (normalised), which vectors.npy stores
+        if label is None:
             stored = graph_vectors(graph, range(n))
+        elif not with_global:
+            rows = np.flatnonzero(label_arr == label)
+            stored[rows] = graph_vectors(graph, rows)
         del graph  # before the next graph is built
-    index = HNSWIndex(list(keys), list(labels), dim, params, HNSWIndex._opener(out / GLOBAL_FILE, dim, n),
+    whole = HNSWIndex._opener(out / GLOBAL_FILE, dim, n) if with_global else None
+    index = HNSWIndex(list(keys), list(labels), dim, params, whole,
                       {label: HNSWIndex._opener(out / name, dim, int(counts[label])) for label, name in names.items()},
                       vectors=stored)
     return index, files | index.write_table(out)

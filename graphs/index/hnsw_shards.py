@@ -66,18 +66,20 @@ def checked_rows(keys: Sequence[str], labels: Sequence[str], vectors: np.ndarray
 
 
 def shard_graphs(
-    vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int
+    vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int,
+    *, global_graph: bool = True,
 ) -> Iterator[tuple[str | None, hnswlib.Index]]:
     """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids, one at a time:
-    the global graph (``None``), then each label's in name order. A caller that saves and drops each before
-    asking for the next holds one graph in memory, not all of them."""
+    the global graph (``None``; unless ``global_graph`` is false), then each label's in name order. A caller that
+    saves and drops each before asking for the next holds one graph in memory, not all of them."""
     ids = np.arange(start, end, dtype=np.int64)
     block = np.ascontiguousarray(vectors[start:end], dtype=np.float32)
     dim = block.shape[1]
-    global_graph = new_graph(dim, len(ids), params, seed)
-    global_graph.add_items(block, ids, num_threads=threads)
-    yield None, global_graph
-    del global_graph
+    if global_graph:
+        whole = new_graph(dim, len(ids), params, seed)
+        whole.add_items(block, ids, num_threads=threads)
+        yield None, whole
+        del whole
     label_arr = np.asarray(labels[start:end], dtype=object)
     for label in sorted(set(label_arr.tolist())):
         rows = np.flatnonzero(label_arr == label)
@@ -96,7 +98,7 @@ def build_shard(
     return global_graph, {label: graph for label, graph in built.items() if label is not None}
 
 
-def graph_vectors(graph: hnswlib.Index, ids: Sequence[int], chunk: int = 16384) -> np.ndarray:
+def graph_vectors(graph: hnswlib.Index, ids: Sequence[int] | np.ndarray, chunk: int = 16384) -> np.ndarray:
     """The vectors ``graph`` holds for ``ids`` (normalised, as a cosine graph stores them), read ``chunk`` at a time.
 
     Why in chunks: hnswlib hands its items over as one Python list of float lists before numpy sees them, about
@@ -104,7 +106,7 @@ def graph_vectors(graph: hnswlib.Index, ids: Sequence[int], chunk: int = 16384) 
     dim = graph.dim
     out = np.empty((len(ids), dim), dtype=np.float32)
     for start in range(0, len(ids), chunk):
-        part = list(ids[start : start + chunk])
+        part = [int(i) for i in ids[start : start + chunk]]
         out[start : start + len(part)] = np.asarray(graph.get_items(part, return_type="numpy"), dtype=np.float32)
     return out
 

@@ -11,8 +11,8 @@ maps the graph ids (slots) to rows.
 
 Marked-deleted slots are never returned by a search but stay in the graph; once they pass ``REBUILD_SHARE`` of a
 label graph's live elements that graph is built anew, and once they pass it in the global graph the caller builds
-the whole index (which starts the slots afresh). A sharded index, or one whose parameters or dimension changed,
-is built in full by the caller.
+the whole index (which starts the slots afresh). An index built without the global graph is patched without one.
+A sharded index, or one whose parameters or dimension changed, is built in full by the caller.
 """
 
 from __future__ import annotations
@@ -81,22 +81,24 @@ def patch_hnsw(
     retired += [(int(row_slot[i]), old_labels[i]) for i, key in enumerate(old_keys) if key not in wanted]
     new_slot_rows = np.full(next_slot, -1, dtype=np.int64)
     new_slot_rows[slot_of] = np.arange(len(keys), dtype=np.int64)
+    whole = parent.has_global_graph  # the new generation has the global graph where its parent had it
     global_gone = parent.deleted.get("global.bin", 0) + len(retired)
-    if global_gone > REBUILD_SHARE * max(len(keys), 1):
+    if whole and global_gone > REBUILD_SHARE * max(len(keys), 1):
         return None
     report = PatchReport()
     label_arr = np.asarray(labels, dtype=object)
     fresh_arr = np.asarray(fresh, dtype=np.int64)
     graphs: dict[str | None, Any] = {}
     deleted: dict[str, int] = {}
-    for label in [None, *sorted(set(labels))]:
+    for label in [*([None] if whole else []), *sorted(set(labels))]:
         rows = np.arange(len(keys)) if label is None else np.flatnonzero(label_arr == label)
         adds = fresh_arr if label is None else fresh_arr[label_arr[fresh_arr] == label] if len(fresh_arr) else fresh_arr
         gone = [slot for slot, lab in retired if label is None or lab == label]
         graph, left = _patch_one(parent, label, rows, adds, gone, slot_of, vectors, params, threads, report)
         graphs[label] = graph
         deleted["global.bin" if label is None else label_file(label)] = left
-    index = HNSWIndex(list(keys), list(labels), int(vectors.shape[1]), params, graphs.pop(None),
+    params = params.model_copy(update={"global_graph": whole})
+    index = HNSWIndex(list(keys), list(labels), int(vectors.shape[1]), params, graphs.pop(None, None),
                       {lab: g for lab, g in graphs.items() if lab is not None}, vectors=vectors)
     index.slot_rows = new_slot_rows
     index.deleted = {name: n for name, n in deleted.items() if n}
