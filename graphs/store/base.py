@@ -21,7 +21,9 @@ from graphs.store.aggregate import NeighborAggregate, aggregation_params, aggreg
 from graphs.store.cypher_guard import check_params, check_read_only, check_resources
 from graphs.store.load_check import load_mismatches, mismatch_message
 from graphs.store.props import (
+    EdgeRow,
     batched,
+    edge_params,
     edge_rows_by_pattern,
     group_by_label,
     label_info_from_samples,
@@ -300,7 +302,7 @@ class CypherStore(GraphStore):
                     (f"UNWIND $rows AS r MATCH (a:{quote_name(src_label)} {{key: r.s}}) "
                      f"MATCH (b:{quote_name(dst_label)} {{key: r.d}}) "
                      f"CREATE (a)-[e:{quote_name(rel)}]->(b) SET e = r.p"),
-                    batch,
+                    edge_params(batch),
                 )
                 for rel, src_label, dst_label in patterns for batch in batched(edge_rows[(rel, src_label, dst_label)], batch_size)
             ]
@@ -327,7 +329,7 @@ class CypherStore(GraphStore):
             self._invalidate()
 
     def _check_load(
-        self, node_rows: dict[str, list[dict[str, Any]]], edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]]
+        self, node_rows: dict[str, list[dict[str, Any]]], edge_rows: dict[tuple[str, str, str], list[EdgeRow]]
     ) -> None:
         """Keyed lookups and edges of a sample of the nodes read back (``graphs.store.load_check``)."""
         wrong = load_mismatches(self._read, node_rows, edge_rows, union=self._union_all)
@@ -337,7 +339,7 @@ class CypherStore(GraphStore):
     def _load_native(
         self,
         node_rows: dict[str, list[dict[str, Any]]],
-        edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+        edge_rows: dict[tuple[str, str, str], list[EdgeRow]],
         progress: ProgressFn | None,
         total: int,
     ) -> bool:

@@ -26,7 +26,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphs.store.props import EdgeRow
 
 _NULL, _BOOL, _DOUBLE, _STRING, _LONG, _ARRAY = (b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05")
 _I64 = struct.Struct("=q")
@@ -101,7 +104,7 @@ def _is_subsequence(keys: Sequence[str], header: Sequence[str]) -> bool:
     return all(k in it for k in keys)
 
 
-def _runs(rows: Sequence[dict[str, Any]], field: str) -> Iterator[tuple[tuple[str, ...], Sequence[dict[str, Any]]]]:
+def _runs(rows: Sequence[Any], field: str | int) -> Iterator[tuple[tuple[str, ...], Sequence[Any]]]:
     """Consecutive rows that can share one header: each row's property keys (``row[field]``) in the header's
     order with gaps (a missing property is written NULL, which the server skips, so the entity keeps its own
     keys in its own order), and the header in the order the keys first appear (so the server registers
@@ -160,7 +163,7 @@ def node_tokens(node_rows: dict[str, list[dict[str, Any]]], ids: dict[str, int])
                 yield False, bytes(out), count
 
 
-def edge_tokens(edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids: dict[str, int]) -> Iterator[Token]:
+def edge_tokens(edge_rows: dict[tuple[str, str, str], list[EdgeRow]], ids: dict[str, int]) -> Iterator[Token]:
     """Tokens in the order a Cypher load creates the edges ((relation, source label, target label)
     patterns sorted, rows as given), endpoints as the node ids in ``ids`` (complete by the first edge).
     A token does not name the labels, so the patterns of one relation share tokens: one per run of
@@ -169,14 +172,14 @@ def edge_tokens(edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]], ids
     patterns = sorted(edge_rows)
     for rel, same in groupby(patterns, key=lambda pattern: pattern[0]):
         rows = [row for pattern in same for row in edge_rows[pattern]]
-        for keys, run in _runs(rows, "p"):
+        for keys, run in _runs(rows, 2):
             out, count = _header(rel, keys), 0
-            for row in run:
-                src, dst = ids.get(row["s"]), ids.get(row["d"])
+            for src_key, dst_key, props in run:
+                src, dst = ids.get(src_key), ids.get(dst_key)
                 if src is None or dst is None:
                     raise BulkUnsupported(f"an edge of {rel[:40]!r} points at a key no node has")
                 out += pack(src, dst)
-                _values(out, keys, row["p"])
+                _values(out, keys, props)
                 count += 1
                 if len(out) >= TOKEN_BYTES:
                     yield True, bytes(out), count

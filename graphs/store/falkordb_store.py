@@ -31,7 +31,7 @@ from graphs.store.base import CypherStore, ProgressFn
 from graphs.store.falkordb_bulk import BulkUnsupported, edge_tokens, node_tokens
 from graphs.store.falkordb_bulk import commands as bulk_commands
 from graphs.store.falkordb_server import HOST, RESULTSET_SIZE, FalkorDBServer
-from graphs.store.props import quote_name
+from graphs.store.props import EdgeRow, quote_name
 
 __all__ = ["FalkorDBServer", "FalkorDBStore"]
 
@@ -325,7 +325,7 @@ class FalkorDBStore(CypherStore):
     def _load_native(
         self,
         node_rows: dict[str, list[dict[str, Any]]],
-        edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+        edge_rows: dict[tuple[str, str, str], list[EdgeRow]],
         progress: ProgressFn | None,
         total: int,
     ) -> bool:

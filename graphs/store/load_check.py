@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from graphs.errors import first_problems
-from graphs.store.props import quote_name
+from graphs.store.props import EdgeRow, quote_name
 
 SAMPLE_NODES = 256
 """Nodes read back after a load (all of them in a smaller graph)."""
@@ -107,7 +107,7 @@ def _read_by_label(read: Read, union: bool, by_label: dict[str, list[str]], patt
 def load_mismatches(
     read: Read,
     node_rows: dict[str, list[dict[str, Any]]],
-    edge_rows: dict[tuple[str, str, str], list[dict[str, Any]]],
+    edge_rows: dict[tuple[str, str, str], list[EdgeRow]],
     size: int = SAMPLE_NODES,
     union: bool = True,
 ) -> list[str]:
@@ -116,10 +116,10 @@ def load_mismatches(
     picked = sample(node_rows, size)
     keys = {row["props"]["key"] for rows in picked.values() for row in rows}
     written: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-    for (rel, _, _), rows in edge_rows.items():
-        for row in rows:
-            if row["s"] in keys:
-                written[row["s"]].append((rel, row["d"], _canonical(row["p"])))
+    for (rel, _, _), loaded in edge_rows.items():
+        for src, dst, props in loaded:
+            if src in keys:
+                written[src].append((rel, dst, _canonical(props)))
     label_of = {row["props"]["key"]: label for label, rows in picked.items() for row in rows}
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
     wanted = {label: [row["props"]["key"] for row in rows] for label, rows in picked.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,8 +118,24 @@ def node_row(node: Node) -> dict[str, Any]:
 
 
 def edge_row(edge: Edge) -> dict[str, Any]:
-    """One edge's load row, {"s": src key, "d": dst key, "p": props} (``_Unstorable`` as ``store_props``)."""
+    """One edge's Cypher row, {"s": src key, "d": dst key, "p": props} (``_Unstorable`` as ``store_props``)."""
     return {"s": edge.src, "d": edge.dst, "p": store_props(edge.props) if edge.props else _NO_PROPS}
+
+
+EdgeRow = tuple[str, str, dict[str, Any]]
+"""One edge's load row: (src key, dst key, props as stored). Why a tuple and not ``edge_row``'s dict: a load holds
+one row per edge of the graph at once, and a three-entry dict costs 200 bytes against a tuple's 80 (10.4 million
+edges: 1.2 GB less); ``edge_params`` makes the Cypher rows of a batch when it is sent."""
+
+
+def load_row(edge: Edge) -> EdgeRow:
+    """One edge's load row (``_Unstorable`` as ``store_props``)."""
+    return (edge.src, edge.dst, store_props(edge.props) if edge.props else _NO_PROPS)
+
+
+def edge_params(rows: Iterable[EdgeRow]) -> list[dict[str, Any]]:
+    """Load rows as the rows of ``UNWIND $rows AS r ... r.s, r.d, r.p``."""
+    return [{"s": src, "d": dst, "p": props} for src, dst, props in rows]
 
 
 def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
@@ -133,11 +149,11 @@ def node_rows_by_label(skb: SKB) -> dict[str, list[dict[str, Any]]]:
     return dict(rows)
 
 
-def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
-    """Per (rel, src label, dst label), rows {"s": src key, "d": dst key, "p": props}; dangling edges are refused."""
+def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[EdgeRow]]:
+    """Per (rel, src label, dst label), the load rows (``EdgeRow``) in edge order; dangling edges are refused."""
     if skb.arrays_are_fixed:
         return _edge_rows_from_arrays(skb)
-    rows: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    rows: dict[tuple[str, str, str], list[EdgeRow]] = defaultdict(list)
     for i, edge in enumerate(skb.edges):
         src = skb.nodes.get(edge.src)
         dst = skb.nodes.get(edge.dst)
@@ -150,20 +166,20 @@ def edge_rows_by_pattern(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, 
                 fix="call skb.validate() before loading, and add the node or drop the edge",
             )
         try:
-            rows[(edge.rel, src.label, dst.label)].append(edge_row(edge))
+            rows[(edge.rel, src.label, dst.label)].append(load_row(edge))
         except _Unstorable:
             raise _refusal(skb) from None
     return dict(rows)
 
 
-def _edge_rows_from_arrays(skb: SKB) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def _edge_rows_from_arrays(skb: SKB) -> dict[tuple[str, str, str], list[EdgeRow]]:
     """``edge_rows_by_pattern`` where the SKB holds its label and edge arrays (a compact SKB): the ends' labels
     come from the arrays, not from a node per end (which a compact SKB would build), and its edges refer to node
     ids, so none dangles."""
     labels, node_label = skb.label_ids()
     rels, rel_ids, src_ids, dst_ids = skb.edge_arrays()
     n_labels = len(labels)
-    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[int, list[EdgeRow]] = defaultdict(list)
     edges = iter(skb.edges)
     step = 65536
     try:
@@ -172,7 +188,7 @@ def _edge_rows_from_arrays(skb: SKB) -> dict[tuple[str, str, str], list[dict[str
             codes = ((np.asarray(rel_ids[start:end], dtype=np.int64) * n_labels + node_label[src_ids[start:end]])
                      * n_labels + node_label[dst_ids[start:end]]).tolist()
             for code, edge in zip(codes, edges):
-                groups[code].append(edge_row(edge))
+                groups[code].append(load_row(edge))
     except _Unstorable:
         raise _refusal(skb) from None
     return {(rels[code // (n_labels * n_labels)], labels[code // n_labels % n_labels], labels[code % n_labels]): rows

@@ -31,7 +31,7 @@ from typing import Any
 from graphs.errors import first_problems
 from graphs.skb.model import SKB, Edge
 from graphs.store.load_check import SHOWN, keys_found, load_mismatches
-from graphs.store.props import batched, edge_row, node_row, quote_name, store_props
+from graphs.store.props import EdgeRow, batched, edge_row, load_row, node_row, quote_name, store_props
 
 #: Rows per UNWIND statement.
 BATCH = 2000
@@ -225,15 +225,15 @@ def _still_there(store: Any, old: SKB, new: SKB, touched: Collection[str]) -> li
 
 
 def _rows_of(new: SKB, touched: Collection[str]) -> tuple[dict[str, list[dict[str, Any]]],
-                                                          dict[Triple, list[dict[str, Any]]]]:
+                                                          dict[Triple, list[EdgeRow]]]:
     """The load's rows (``graphs.store.props``) of the changed nodes still in the graph and their outgoing edges."""
     node_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for key in sorted(touched):
         node = new.nodes.get(key)
         if node is not None:
             node_rows[node.label].append(node_row(node))
-    edge_rows: dict[Triple, list[dict[str, Any]]] = defaultdict(list)
+    edge_rows: dict[Triple, list[EdgeRow]] = defaultdict(list)
     for key in touched:
         for edge in new.out_edges(key):
-            edge_rows[(edge.rel, new.nodes[edge.src].label, new.nodes[edge.dst].label)].append(edge_row(edge))
+            edge_rows[(edge.rel, new.nodes[edge.src].label, new.nodes[edge.dst].label)].append(load_row(edge))
     return dict(node_rows), dict(edge_rows)
