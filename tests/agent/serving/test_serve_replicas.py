@@ -170,7 +170,13 @@ def test_a_replica_killed_with_sigkill_is_replaced_and_the_service_keeps_answeri
     for status, body in failed:
         assert status == 503 and json.loads(body)["error"] == {"status": 503, "message": MESSAGE, "retry": True}
     assert len(results) - len(failed) >= 16
-    assert _replica_pids_answering(served.url) == set(pids)
+    # the proxies learn of the new replica shortly after the controller reports it running
+    deadline = time.monotonic() + 30
+    answering = _replica_pids_answering(served.url)
+    while answering != set(pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        answering = _replica_pids_answering(served.url)
+    assert answering == set(pids)
 
 
 def test_a_rebuild_swapped_in_under_requests_gives_no_error(served: Any, hpo_mini_skb: Any) -> None:
