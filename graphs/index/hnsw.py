@@ -82,6 +82,14 @@ def wants_global_graph(nodes: int, labels: int) -> bool:
     return labels > MERGE_LABELS_UP_TO or (labels > 1 and nodes <= GLOBAL_GRAPH_UP_TO)
 
 
+def resolved_params(params: HNSWParams, nodes: int, labels: int) -> HNSWParams:
+    """``params`` with ``global_graph`` decided (``wants_global_graph`` where it is None): what an unsharded build
+    makes, and what its id table records."""
+    if params.global_graph is not None:
+        return params
+    return params.model_copy(update={"global_graph": wants_global_graph(nodes, labels)})
+
+
 def _num_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -197,10 +205,8 @@ class HNSWIndex:
             ranges = shard_ranges(n, shards)
             built = [build_shard(vectors, labels, a, b, params, seed, threads) for a, b in ranges]
             return cls.from_shards(keys, labels, vectors, params, ranges, built)
-        with_global = (params.global_graph if params.global_graph is not None
-                       else wants_global_graph(n, len(set(labels))))
-        params = params.model_copy(update={"global_graph": with_global})
-        if with_global:
+        params = resolved_params(params, n, len(set(labels)))
+        if params.global_graph:
             global_index, by_label = build_shard(vectors, labels, 0, n, params, seed, threads)  # one shard: all rows
             return cls(list(keys), list(labels), dim, params, global_index, dict(by_label))
         graphs = dict(shard_graphs(vectors, labels, 0, n, params, seed, threads, global_graph=False))
@@ -293,24 +299,29 @@ class HNSWIndex:
             return [[] for _ in range(len(queries))]
         if size < _EXACT_BELOW:
             return self._exact(queries, k, label)
-        if label is None and ((per_label and self._merges_labels()) or not (self.sharded or self.has_global_graph)):
+        if label is None and ((per_label and self._merges_labels()) or not self.has_global_graph):
             return self._merged_labels(queries, k)
         if self.sharded:
             return self._search_shards(queries, k, label)
-        index, _ = self._index_for(label)
-        assert index is not None
+        return self._pairs(*self._graph_top(queries, k, label))
+
+    def _pairs(self, rows: np.ndarray, sims: np.ndarray) -> list[list[tuple[str, float]]]:
+        """Each query's (key, similarity) hits from its rows and similarities, in their order."""
+        return [[(self.keys[int(i)], float(sim)) for i, sim in zip(row_ids, row_sims, strict=True)]
+                for row_ids, row_sims in zip(rows, sims, strict=True)]
+
+    def _graph_top(self, queries: np.ndarray, k: int, label: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, float32 cosine similarities) of each query's top ``k`` in the global (None) or a label's graph of
+        an unsharded index."""
         # hnswlib searches with max(ef, k), so ef is never mutated per query (safe across threads).
         try:
-            ids, dists = index.knn_query(queries, k=k, num_threads=1 if len(queries) == 1 else _num_threads())
+            ids, dists = self._graph(label).knn_query(queries, k=k, num_threads=1 if len(queries) == 1 else _num_threads())
         except RuntimeError:
             # hnswlib refuses when the graph cannot produce k results (tiny/odd graphs); exact is always right.
-            return self._exact(queries, k, label)
+            return self._exact_top(queries, k, label)
         if self.slot_rows is not None:
             ids = self.slot_rows[ids]
-        out: list[list[tuple[str, float]]] = []
-        for row_ids, row_d in zip(ids, dists, strict=True):
-            out.append([(self.keys[int(i)], float(1.0 - d)) for i, d in zip(row_ids, row_d, strict=True)])
-        return out
+        return ids, 1.0 - dists
 
     def _merges_labels(self) -> bool:
         """Whether a ``per_label`` search can be the merge of the label graphs' (see the module docstring): more
@@ -344,19 +355,11 @@ class HNSWIndex:
         return out
 
     def _label_top(self, queries: np.ndarray, k: int, label: str) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, similarities) of each query's top ``k`` in one label of an unsharded index: the hits and the
-        float32 similarities ``search_batch(queries, k, label)`` returns, as arrays."""
+        """(rows, similarities) of each query's top ``k`` in one label of an unsharded index: the hits
+        ``search_batch(queries, k, label)`` returns, as arrays."""
         size = len(self._label_ids[label])
         k = min(k, size)
-        if size < _EXACT_BELOW:
-            return self._exact_top(queries, k, label)
-        try:
-            ids, dists = self._graph(label).knn_query(queries, k=k, num_threads=1 if len(queries) == 1 else _num_threads())
-        except RuntimeError:  # as search_batch: hnswlib could not return k results
-            return self._exact_top(queries, k, label)
-        if self.slot_rows is not None:
-            ids = self.slot_rows[ids]
-        return ids, 1.0 - dists
+        return self._exact_top(queries, k, label) if size < _EXACT_BELOW else self._graph_top(queries, k, label)
 
     def _search_shards(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
         """Every shard's top-k (exact where a shard holds few of the rows), merged by distance, ties by id."""
@@ -393,9 +396,7 @@ class HNSWIndex:
         return rows[top], 1.0 - np.take_along_axis(sims, top, axis=1)
 
     def _exact(self, queries: np.ndarray, k: int, label: str | None) -> list[list[tuple[str, float]]]:
-        rows, sims = self._exact_top(queries, k, label)
-        return [[(self.keys[int(i)], float(sim)) for i, sim in zip(row_ids, row_sims, strict=True)]
-                for row_ids, row_sims in zip(rows, sims, strict=True)]
+        return self._pairs(*self._exact_top(queries, k, label))
 
     def _exact_top(self, queries: np.ndarray, k: int, label: str | None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, cosine similarities) of each query's exact top ``k`` among ``label``'s rows (all: None)."""

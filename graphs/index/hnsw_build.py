@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file, wants_global_graph
+from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file, resolved_params
 from graphs.index.hnsw_shards import checked_rows, graph_vectors, save_graph, shard_graphs
 
 
@@ -34,8 +34,8 @@ def build_saved(
     out.mkdir(parents=True, exist_ok=True)
     n, dim = vectors.shape
     names = {label: label_file(label) for label in sorted(set(labels))}
-    with_global = params.global_graph if params.global_graph is not None else wants_global_graph(n, len(names))
-    params = params.model_copy(update={"global_graph": with_global})  # the id table records what was built
+    params = resolved_params(params, n, len(names))
+    with_global = bool(params.global_graph)
     label_arr = np.asarray(labels, dtype=object)
     counts = dict(zip(*np.unique(label_arr, return_counts=True), strict=True))
     files: dict[str, str] = {}
