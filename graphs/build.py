@@ -53,8 +53,11 @@ class IndexConfig(BaseModel):
     """See ``graphs.embedding.embedder.DEFAULT_EMBEDDER``; an index keeps the spec it was built with (manifest), so changing
     this default never changes how an existing index embeds its queries."""
     hnsw_m: int = 32
-    hnsw_ef_construction: int = 200
-    hnsw_ef: int = 128
+    hnsw_ef_construction: int | None = None
+    """Candidates kept while inserting into the HNSW graphs; None: 200, or 100 past 200,000 nodes
+    (``graphs.index.hnsw.sized_params``)."""
+    hnsw_ef: int | None = None
+    """Candidates kept while searching them; None: 128, or 256 past 200,000 nodes."""
     hnsw_global_graph: bool | None = None
     """Also build one HNSW graph of all nodes beside the per-label graphs; None: where it pays
     (``graphs.index.hnsw.wants_global_graph``: more than one label and up to 200,000 nodes, or many labels)."""
@@ -182,7 +185,7 @@ def build_index(
     from graphs.embedding.embedder import check_embedder, get_embedder
     from graphs.engine import LocalEngine
     from graphs.engine.local import EmbedderSpec
-    from graphs.index.hnsw import HNSWParams
+    from graphs.index.hnsw import sized_params
     from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
 
     config = config or IndexConfig()
@@ -220,8 +223,8 @@ def build_index(
         texts = text_stage(skb, keys) if text_stage is not None else [skb.node_text(k) for k in keys]
         timings["texts"] = time.perf_counter() - t0
 
-        params = HNSWParams(M=config.hnsw_m, ef_construction=config.hnsw_ef_construction, ef=config.hnsw_ef,
-                            global_graph=config.hnsw_global_graph)
+        params = sized_params(len(keys), M=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
+                              ef=config.hnsw_ef, global_graph=config.hnsw_global_graph)
         files: dict[str, str] = {}
         missing: list[str] = []
         batch = max(1, config.embed_batch)
