@@ -161,3 +161,22 @@ def test_scale_report_marks_growth_faster_than_linear(tmp_path: Path) -> None:
     assert "| build load (s) | 1.0 | 10.0 | 1.00 |" in text  # linear
     assert "| build hnsw (s) | 2.0 | 100.0 | 1.70 |" in text  # n^1.7: faster than the graph grows
     assert set(plots(rows)) == {"build_time.png", "peak_rss.png", "index_size.png", "latency.png"}
+
+
+def test_dense_recall_study_scores_a_built_index_against_exact_search(tmp_path: Path) -> None:
+    from evals.studies.scale.dense_recall import exact_top, run
+
+    generate(3000, tmp_path / "data", seed=2)
+    build_index(load_jsonl(tmp_path / "data"), tmp_path / "index",
+                IndexConfig(dataset="jsonl", store="none", embedder="hash:32", hnsw_m=16))
+    out = run(tmp_path / "index", tmp_path / "data", 200, [20, 3000], seed=0)
+    assert out["built_with"]["M"] == 16 and out["node_queries"] == 200 and out["questions"] > 0
+    by_ef = {(r["queries"], r["search"], r["ef"]): r["recall@20"] for r in out["rows"]}
+    assert len(by_ef) == 6 and all(0.0 < v <= 1.0 for v in by_ef.values())
+    # the shortest candidate list misses some of a question's neighbours; a list as long as the graph finds them all
+    assert by_ef[("questions", "no label", 20)] < by_ef[("questions", "no label", 3000)]
+    assert min(v for (_, _, ef), v in by_ef.items() if ef == 3000) >= 0.99
+    vectors = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    kth = exact_top(vectors[:3], vectors)  # the 20th best similarity, over blocks or not
+    assert np.allclose(kth, np.sort(unit[:3] @ unit.T, axis=1)[:, -20], atol=1e-6)
