@@ -55,12 +55,12 @@ class IndexConfig(BaseModel):
     hnsw_m: int = 32
     hnsw_ef_construction: int | None = None
     """Candidates kept while inserting into the HNSW graphs; None: 200, or 100 past 200,000 nodes
-    (``graphs.index.hnsw.sized_params``)."""
+    (``graphs.index.hnsw_params.sized_params``)."""
     hnsw_ef: int | None = None
     """Candidates kept while searching them; None: 128, or 256 past 200,000 nodes."""
     hnsw_global_graph: bool | None = None
     """Also build one HNSW graph of all nodes beside the per-label graphs; None: where it pays
-    (``graphs.index.hnsw.wants_global_graph``: more than one label and up to 200,000 nodes, or many labels)."""
+    (``graphs.index.hnsw_params.wants_global_graph``: more than one label and up to 200,000 nodes, or many labels)."""
     embed_batch: int = 512
     cache_dir: Path | None = None
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
@@ -185,7 +185,7 @@ def build_index(
     from graphs.embedding.embedder import check_embedder, get_embedder
     from graphs.engine import LocalEngine
     from graphs.engine.local import EmbedderSpec
-    from graphs.index.hnsw import sized_params
+    from graphs.index.hnsw_params import sized_params
     from graphs.manifest import GRAPH_FILE, Counts, EmbedderInfo, FileDigest, Manifest, sha256_file
 
     config = config or IndexConfig()

@@ -244,7 +244,7 @@ class HNSWParams(BaseModel):
     ef: int = Field(default=128, ge=1)
     global_graph: bool | None = None
     """Whether the index also holds one graph of all its nodes beside the per-label graphs; None: where it pays
-    (``graphs.index.hnsw.wants_global_graph``). A sharded build always makes one per shard."""
+    (``graphs.index.hnsw_params.wants_global_graph``). A sharded build always makes one per shard."""
 
 
 class Counts(BaseModel):

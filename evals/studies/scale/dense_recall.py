@@ -1,6 +1,6 @@
 """Dense recall@20 of a large built index against exact search, at several search ``ef``.
 
-Why: an index past ``graphs.index.hnsw.LARGE_INDEX`` nodes builds its HNSW graphs with fewer candidates (half the
+Why: an index past ``graphs.index.hnsw_params.LARGE_INDEX`` nodes builds its HNSW graphs with fewer candidates (half the
 build's largest stage) and searches them with more. This measures what a built index finds, as the agent searches
 it: 1,000 node-text queries (nodes' own vectors; searched in their label's graph, and without a label, the label
 graphs merged) and generated questions embedded by the index's embedder (without a label), each against the exact

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import graphs.index.hnsw as hnsw_module
 from graphs.build import IndexConfig, build_index
-from graphs.index.hnsw import LARGE_EF, LARGE_EF_CONSTRUCTION, LARGE_INDEX, HNSWIndex, sized_params
+from graphs.index import hnsw_params
+from graphs.index.hnsw import HNSWIndex
+from graphs.index.hnsw_params import LARGE_EF, LARGE_EF_CONSTRUCTION, LARGE_INDEX, sized_params
 from graphs.manifest import Manifest
 from tests.store_fixtures import tiny_skb
 
@@ -32,7 +33,7 @@ def test_a_large_build_records_and_searches_with_the_large_parameters(
     build_index(tiny_skb(), tmp_path / "small", config)
     small = Manifest.read(tmp_path / "small").hnsw
     assert (small.ef_construction, small.ef) == (200, 128)
-    monkeypatch.setattr(hnsw_module, "LARGE_INDEX", 4)  # the 8-node graph counts as large
+    monkeypatch.setattr(hnsw_params, "LARGE_INDEX", 4)  # the 8-node graph counts as large
     build_index(tiny_skb(), tmp_path / "large", config)
     manifest = Manifest.read(tmp_path / "large")
     assert (manifest.hnsw.ef_construction, manifest.hnsw.ef) == (LARGE_EF_CONSTRUCTION, LARGE_EF)
