@@ -38,6 +38,7 @@ from graphs.tuning.train import TuneConfig
 if TYPE_CHECKING:
     from graphs.engine import BuildEngine
     from graphs.manifest import FileDigest
+    from graphs.store.load_process import StoreLoad
 
 StageProgress = Callable[[str, int, int], None]
 """progress(stage, done, total) -- drives the CLI's progress bar."""
@@ -207,6 +208,7 @@ def build_index(
     # where the engine asks for it (``BuildEngine.beside_embedding``: an update): neither side reads what the
     # other makes
     beside = ThreadPoolExecutor(1, thread_name_prefix="fast_start") if engine.beside_embedding else None
+    store_load: StoreLoad | None = None
     try:
         t0 = time.perf_counter()
         skb.validate(source=f"dataset {config.dataset}")
@@ -243,6 +245,12 @@ def build_index(
             timings["tune_encoder"] = time.perf_counter() - t0
         if consume:  # the node texts and the tuned encoder were the last to read the records
             skb = _consumed(skb, written, tmp / "skb")
+            if config.store == "falkordb" and getattr(engine, "graph_store", None) is None:
+                from graphs.store.load_process import StoreLoad
+
+                # the graph store loads from the compact files just written, in a process of its own, while the
+                # vectors, the graphs and BM25 are made here (graphs.store.load_process)
+                store_load = StoreLoad(tmp / "skb", tmp / "falkordb")
         # opens no model until used
         spec = EmbedderSpec(embedder_spec, cache_dir / "emb", tmp)
         embedder = get_embedder(spec.spec, cache_dir=spec.cache_dir, base_dir=spec.base_dir)
@@ -319,7 +327,7 @@ def build_index(
         if config.stage != "core":
             del hnsw
         del batch_embedder
-        release_heap()  # the vectors, graphs and texts go back to the system before the graph server loads
+        release_heap()  # the vectors, graphs and texts go back to the system before the graph server loads here
 
         for path in sorted((tmp / "skb").rglob("*")):
             if path.is_file():
@@ -331,7 +339,13 @@ def build_index(
             from graphs.store.falkordb_store import FalkorDBStore
 
             patch_store = getattr(engine, "graph_store", None)  # graphs.update: the parent's graph, patched
-            if patch_store is None or not patch_store(skb, tmp / "falkordb", progress=lambda d, t: report("store", d, t)):
+            if store_load is not None:
+                report("store", 0, 1)
+                timings["store_load"] = store_load.result()  # its own seconds, beside the stages above
+                store_load = None
+                report("store", 1, 1)
+            elif patch_store is None or not patch_store(skb, tmp / "falkordb",
+                                                        progress=lambda d, t: report("store", d, t)):
                 with FalkorDBStore(tmp / "falkordb") as store:
                     store.load(skb, progress=lambda d, t: report("store", d, t))
             # recorded after the server stopped: the dump is final (load() saved it; an unchanged graph is not re-saved)
@@ -361,6 +375,8 @@ def build_index(
         manifest.write(tmp)
         swap_in(tmp, index_dir)
     except BaseException:
+        if store_load is not None:
+            store_load.stop()  # its graph server and files go before the directory does
         if beside is not None:
             beside.shutdown(wait=True)  # a fast-start still writing finishes before its directory goes
         discard(tmp, index_dir)
