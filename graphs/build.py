@@ -182,7 +182,9 @@ def build_index(
     after the node texts read the compact SKB it wrote (memory-mapped) instead. The graph's Python objects then
     leave the process before the vectors are made (a million generated nodes: the embedding and HNSW stages peak
     1.3-1.5 GB lower, at 2.2-2.3 GB). The index is the same; the caller must not read ``skb`` afterwards (the
-    ``skb index`` command passes True)."""
+    ``skb index`` command passes True). The embedded graph store is then loaded by a spawned process beside the
+    vector stages (``graphs.store.load_process``): a script that calls this at import time needs the
+    ``if __name__ == "__main__":`` guard that Python's multiprocessing asks for."""
     from graphs.embedding.embedder import check_embedder, get_embedder
     from graphs.engine import LocalEngine
     from graphs.engine.local import EmbedderSpec
