@@ -46,6 +46,35 @@ STOPWORDS = "en"
 """The tokenisation every node-text index uses (``build``'s defaults; ``graphs.engine`` tokenises the same)."""
 
 
+#: Past ``4 * SAMPLE`` scored documents ``top_rows`` first keeps those at or above the k-th best of every
+#: ``n // SAMPLE``-th score (at most the k-th best of all) instead of partitioning every score.
+SAMPLE = 8192
+
+
+def top_rows(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of ``scores`` (one per row of ``rows``) with their rows, ties at the k-th score going to the
+    lower rows: the first k in ``search``'s order (score descending, then row), whatever order they come in.
+
+    Why a sample first: a question that shares a word with most documents scores most of them, and partitioning a
+    million scores took about 5 ms of a 1M-node index's 8 ms search; the sample's bound keeps a few thousand."""
+    if rows.size <= k:
+        return rows, scores
+    if rows.size > 4 * SAMPLE and k < SAMPLE // 4:
+        sample = scores[:: rows.size // SAMPLE]
+        bound = -np.partition(-sample, k - 1)[k - 1]
+        keep = np.flatnonzero(scores >= bound)
+        rows, scores = rows[keep], scores[keep]
+    if rows.size > k:
+        kth = -np.partition(-scores, k - 1)[k - 1]  # the k-th best (selecting near the end was 7x slower here)
+        above = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        if tied.size > k - above.size and np.any(np.diff(rows[tied]) < 0):  # search's rows come ascending
+            tied = tied[np.argsort(rows[tied], kind="stable")]
+        pick = np.concatenate([above, tied[: k - above.size]])
+        rows, scores = rows[pick], scores[pick]
+    return rows, scores
+
+
 class BM25Index:
     """A bm25s index over node texts with per-label filtering."""
 
@@ -232,10 +261,7 @@ class BM25Index:
             rows = members[scores[members] > 0]
         if rows.size == 0:
             return []
-        sub = scores[rows]
-        if rows.size > k:
-            part = np.argpartition(-sub, k - 1)[:k]
-            rows, sub = rows[part], sub[part]
+        rows, sub = top_rows(rows, scores[rows], k)
         # Sort by score desc, then by row for a deterministic order among ties.
         order = np.lexsort((rows, -sub))
         return [(self.keys[int(rows[i])], float(sub[i])) for i in order]
