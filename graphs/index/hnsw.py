@@ -42,16 +42,7 @@ from graphs.index.hnsw_files import (
     open_graph,
     write_sharded_meta,
 )
-from graphs.index.hnsw_params import (
-    GLOBAL_GRAPH_UP_TO,
-    LARGE_EF,
-    LARGE_EF_CONSTRUCTION,
-    LARGE_INDEX,
-    MERGE_LABELS_UP_TO,
-    resolved_params,
-    sized_params,
-    wants_global_graph,
-)
+from graphs.index.hnsw_params import MERGE_LABELS_UP_TO, resolved_params
 from graphs.index.hnsw_shards import (
     build_shard,
     checked_rows,
@@ -66,9 +57,7 @@ from graphs.index.hnsw_shards import (
 from graphs.index.meta import read_index_meta
 from graphs.manifest import HNSWParams, atomic_write_bytes, atomic_write_json, fsync_dir, sha256_file
 
-__all__ = ["GLOBAL_FILE", "GLOBAL_GRAPH_UP_TO", "LARGE_EF", "LARGE_EF_CONSTRUCTION", "LARGE_INDEX", "MERGE_LABELS_UP_TO",
-           "HNSWIndex", "HNSWParams", "label_file", "resolved_params", "sized_params", "wants_global_graph",
-           "write_sharded_meta"]
+__all__ = ["GLOBAL_FILE", "HNSWIndex", "HNSWParams", "label_file", "write_sharded_meta"]
 
 #: Below this many vectors an exact scan is cheaper and exact; hnswlib can also fail to
 #: return k results from tiny graphs.

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file, resolved_params
+from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams, _num_threads, label_file
+from graphs.index.hnsw_params import resolved_params
 from graphs.index.hnsw_shards import checked_rows, graph_vectors, save_graph, shard_graphs
 
 

@@ -9,13 +9,9 @@ import pytest
 from graphs.index.bm25 import SAMPLE, top_rows
 
 
-def _reference(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+def _ranked(rows: np.ndarray, scores: np.ndarray, k: int | None = None) -> tuple[list[int], list[float]]:
+    """The full order (score descending, then row), its first ``k`` where given."""
     order = np.lexsort((rows, -scores))[:k]
-    return rows[order].tolist(), scores[order].tolist()
-
-
-def _ranked(rows: np.ndarray, scores: np.ndarray) -> tuple[list[int], list[float]]:
-    order = np.lexsort((rows, -scores))
     return rows[order].tolist(), scores[order].tolist()
 
 
@@ -27,7 +23,7 @@ def test_the_first_k_of_the_full_order(n: int, levels: int) -> None:
     scores = (rng.integers(1, levels + 1, size=n) / 7).astype(np.float32)
     for k in (1, 20, 100, 4 * SAMPLE):
         got_rows, got_scores = top_rows(rows, scores, k)
-        assert _ranked(got_rows, got_scores) == _reference(rows, scores, k)
+        assert _ranked(got_rows, got_scores) == _ranked(rows, scores, k)
 
 
 def test_rows_in_any_order_still_give_ties_to_the_lower_rows() -> None:
@@ -35,4 +31,4 @@ def test_rows_in_any_order_still_give_ties_to_the_lower_rows() -> None:
     rows = rng.permutation(200_000)
     scores = np.where(rng.random(200_000) < 0.5, 2.0, 1.0).astype(np.float32)  # 100k-way ties at the top
     got = _ranked(*top_rows(rows, scores, 20))
-    assert got == _reference(rows, scores, 20) and got[0] == sorted(rows[scores == 2.0].tolist())[:20]
+    assert got == _ranked(rows, scores, 20) and got[0] == sorted(rows[scores == 2.0].tolist())[:20]

@@ -11,15 +11,9 @@ import numpy as np
 import pytest
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.index.hnsw import (
-    GLOBAL_FILE,
-    GLOBAL_GRAPH_UP_TO,
-    MERGE_LABELS_UP_TO,
-    HNSWIndex,
-    HNSWParams,
-    wants_global_graph,
-)
+from graphs.index.hnsw import GLOBAL_FILE, HNSWIndex, HNSWParams
 from graphs.index.hnsw_build import build_saved
+from graphs.index.hnsw_params import GLOBAL_GRAPH_UP_TO, MERGE_LABELS_UP_TO, wants_global_graph
 from graphs.update.hnsw_patch import patch_hnsw
 
 DIM = 24
