@@ -35,7 +35,7 @@ from graphs.errors import LoaderError
 from graphs.heap import paused_gc
 from graphs.loaders.lines import MAX_LINE_BYTES, line_blocks
 from graphs.manifest import atomic_write_bytes
-from graphs.skb.model import SKB, Edge, Node, NodeType
+from graphs.skb.model import NO_PROPS, SKB, Edge, Node, NodeType
 from graphs.skb.names import NAME_FIX, name_problem
 from graphs.skb.profile import Profile, is_default, parse_profile
 
@@ -211,7 +211,7 @@ def _edge(raw: Any, src: str, lineno: int) -> Edge:
         raise LoaderError(src, f"edge {s!r}->{d!r} relation {rel!r} {problem}", record=f"line {lineno}", fix=NAME_FIX)
     props = obj.get("props")
     if props is None:
-        props = {}
+        props = NO_PROPS
     elif not isinstance(props, dict):
         raise LoaderError(src, f"edge {s!r}->{d!r} 'props' must be an object", record=f"line {lineno}", fix="use {}")
     return Edge(s, rel, d, props)
@@ -289,8 +289,8 @@ def _load_edges(skb: SKB, path: Path, nodes_name: str, max_line_bytes: int = MAX
                 if type(s) is str and type(d) is str and type(r) is str:
                     rel, sn, dn = rels.get(r), node_of(s), node_of(d)
                     if rel is not None and sn is not None and dn is not None:
-                        if p is None:
-                            add(Edge(sn.key, rel, dn.key, {}))
+                        if p is None or (type(p) is dict and not p):  # one shared map for no properties
+                            add(Edge(sn.key, rel, dn.key, NO_PROPS))
                             continue
                         if type(p) is dict:
                             add(Edge(sn.key, rel, dn.key, p))

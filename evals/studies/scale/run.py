@@ -35,9 +35,10 @@ from evals.studies.scale.generate import generate
 _STAGE = re.compile(r"^\[(\w+)\]")
 
 
-def _tree_usage(root: int) -> tuple[int, float, int]:
+def _tree_usage(root: int, each: dict[int, int] | None = None) -> tuple[int, float, int]:
     """RSS (KiB) and CPU seconds (user + system, waited-for children included) of ``root`` and every
-    descendant (by parent pid), from /proc, and the RSS (KiB) of the largest one of them.
+    descendant (by parent pid), from /proc, and the RSS (KiB) of the largest one of them; ``each`` gets
+    every process's RSS by pid (a Ray build's driver, raylet, workers and graph server are all descendants).
 
     Why CPU seconds: the machine these runs share has two cores and several users; wall time then
     measures the neighbours as much as the build, while CPU time is the build's own cost."""
@@ -51,14 +52,35 @@ def _tree_usage(root: int) -> tuple[int, float, int]:
         pid = todo.pop()
         r, c = usage.get(pid, (0, 0.0))
         rss, cpu, largest = rss + r, cpu + c, max(largest, r)
+        if each is not None and pid in usage:
+            each[pid] = r
         todo.extend(children.get(pid, []))
     return rss, cpu, largest
 
 
-def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[str, Any]:
-    """Run ``skb index`` in a child process; its JSON summary plus peak RSS per stage (MiB)."""
+def _command(pid: int) -> str:
+    """A process's command line, shortened to what names it (``ray::IDLE``, ``raylet``, ``falkordb-server``)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    first = words[0].decode("utf-8", "replace")
+    if first.startswith("ray::"):
+        return first
+    name = Path(first).name
+    if name.startswith("python") and len(words) > 2 and words[1] == b"-c":
+        return "build (skb index)"
+    if name.startswith("python") and len(words) > 1:
+        return Path(words[1].decode("utf-8", "replace")).name
+    return name
+
+
+def build(data: Path, index_dir: Path, embedder: str, timeout_s: float, engine: str = "local") -> dict[str, Any]:
+    """Run ``skb index`` in a child process; its JSON summary plus peak RSS per stage (MiB), and the peak RSS
+    of each of its processes that passed 200 MiB, named by command."""
     cmd = [sys.executable, "-c", "from agent.cli import app; app()", "index", "--dataset", "jsonl",
-           "--data", str(data), "--index-dir", str(index_dir), "--embedder", embedder, "--force", "--json"]
+           "--data", str(data), "--index-dir", str(index_dir), "--embedder", embedder, "--force", "--json",
+           "--engine", engine]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stage = ["load"]
@@ -78,8 +100,17 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     reader.start()
     cpu_by_stage: dict[str, float] = {}
     last_cpu = 0.0
+    each: dict[int, int] = {}
+    by_pid: dict[int, tuple[int, str]] = {}  # pid -> (peak RSS KiB, stage of the peak)
+    names: dict[int, str] = {}
     while proc.poll() is None:
-        rss, cpu, largest = _tree_usage(proc.pid)
+        rss, cpu, largest = _tree_usage(proc.pid, each)
+        for pid, kib in each.items():
+            if kib > by_pid.get(pid, (0, ""))[0]:
+                by_pid[pid] = (kib, stage[0])
+                if kib > 200 * 1024 and pid not in names:
+                    names[pid] = _command(pid)
+        each.clear()
         peaks[stage[0]] = max(peaks.get(stage[0], 0), rss)
         process_peak = max(process_peak, largest)
         if cpu > last_cpu:  # 0 once the process has exited between poll() and the read
@@ -98,6 +129,9 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float) -> dict[
     summary["peak_rss_mib"] = {k: round(v / 1024, 1) for k, v in peaks.items()}
     summary["peak_rss_mib_max"] = round(max(peaks.values(), default=0) / 1024, 1)
     summary["peak_rss_mib_one_process"] = round(process_peak / 1024, 1)  # the largest single process's peak
+    summary["peak_rss_mib_by_process"] = sorted(
+        ({"process": names[pid], "pid": pid, "peak_rss_mib": round(kib / 1024, 1), "stage": at}
+         for pid, (kib, at) in by_pid.items() if pid in names), key=lambda row: -row["peak_rss_mib"])
     summary["cpu_s"] = {k: round(v, 2) for k, v in cpu_by_stage.items()}
     summary["cpu_s_total"] = round(sum(cpu_by_stage.values()), 2)
     summary["parts_mib"] = {p.name: round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
@@ -189,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated node counts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--edges-per-node", type=float, default=10.0,
+                        help="edges per node of a graph generated here (MAG's shape: 21)")
+    parser.add_argument("--engine", default="local", choices=("local", "ray"), help="the build's --engine")
     parser.add_argument("--embedder", default="hash:64", help="embedder spec of the builds (default: hash:64)")
     parser.add_argument("--work", type=Path, default=Path(".skb/scale"), help="where data and indexes go")
     parser.add_argument("--out", type=Path, default=Path("evals/reports/scale"))
@@ -204,15 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     for size in (int(s) for s in args.sizes.split(",")):
         data = args.work / "data" / str(size)
         index_dir = args.work / "index" / str(size)
-        row: dict[str, Any] = {"nodes_requested": size, "seed": args.seed, "embedder": args.embedder,
+        row: dict[str, Any] = {"nodes_requested": size, "seed": args.seed, "embedder": args.embedder, "engine": args.engine,
                                "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0]}
         if not (data / "generated.json").is_file():
             t = time.perf_counter()
-            generate(size, data, seed=args.seed)
+            generate(size, data, seed=args.seed, edges_per_node=args.edges_per_node)
             row["generate_s"] = round(time.perf_counter() - t, 2)
         row["graph"] = json.loads((data / "generated.json").read_text())
         if not args.skip_build:
-            row["build"] = build(data, index_dir, args.embedder, args.build_timeout)
+            row["build"] = build(data, index_dir, args.embedder, args.build_timeout, args.engine)
             print(json.dumps({"size": size, "build": row["build"]["timings_s"],
                               "wall_s": row["build"]["wall_s"]}), flush=True)
         else:
