@@ -7,8 +7,8 @@ started here) or on a cluster (``address``: ``auto`` or ``ray://HOST:PORT``).
 - similarity kNN: one task per shard of a (label, field)'s vectors, merged exactly per row;
 - BM25: one tokenising task per partition; the index and its statistics are built once from the merged
   corpus, so the scores equal a one-process build's;
-- the compact SKB: its node and edge arrays (ids and props as JSON) one task per partition, joined in
-  partition order, so the files are byte for byte those of a one-process build.
+- the compact SKB: its node arrays (label ids and props as JSON) one task per partition, joined in partition
+  order, the edge arrays in the build process meanwhile, so the files are byte for byte a one-process build's.
 
 Tasks are retried by Ray (``MAX_RETRIES``) when a worker dies; a stage that still fails raises
 `EngineError` naming the stage, and the build then discards its temporary directory: the index being
@@ -29,7 +29,6 @@ import numpy as np
 from graphs.engine.local import EmbedderSpec, KnnPairs, Progress
 from graphs.engine.stages import (
     bm25_tokens,
-    compact_edges,
     compact_nodes,
     hnsw_shard,
     knn_merge,
@@ -234,8 +233,12 @@ class RayEngine:
         return BM25Index.from_tokenized(keys, labels, tokenized(tokens), STEMMER, STOPWORDS)
 
     def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
-        """The compact SKB's node and edge arrays, one task per partition of the nodes and of the edges."""
-        from graphs.skb.compact_write import compact_names, join_edges, join_nodes
+        """The compact SKB's node arrays, one task per partition of the nodes; the edge arrays are made here
+        meanwhile. Why not the edges too: an edge is three dictionary look-ups and, mostly, no properties, so
+        shipping it to a task costs more than the work (39M generated edges: minutes of pickling, the build
+        process past 8 GB and a worker at 6 GB), while a node's properties carry its text, which is worth a
+        task to turn into JSON."""
+        from graphs.skb.compact_write import compact_edges, compact_names, join_nodes
 
         n, m = len(skb.nodes), len(skb.edges)
         if n + m < self.compact_min:
@@ -244,15 +247,13 @@ class RayEngine:
         labels, rels = compact_names(skb)
         nodes = list(skb.nodes.values())
         label_ref = ray.put({label: i for i, label in enumerate(labels)})
-        index_ref = ray.put({key: i for i, key in enumerate(skb.nodes)})
-        rel_ref = ray.put({rel: i for i, rel in enumerate(rels)})
         node_task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(compact_nodes)
-        edge_task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(compact_edges)
         with self._stage("compact SKB"):
             node_refs = [node_task.remote(nodes[a:b], b - a, label_ref) for a, b in partitions(n, 2 * self.workers)]
-            edge_refs = [edge_task.remote(skb.edges[a:b], b - a, index_ref, rel_ref)
-                         for a, b in partitions(m, 2 * self.workers)]
-            return join_nodes(ray.get(node_refs)), join_edges(ray.get(edge_refs))
+            del nodes
+            edges = compact_edges(skb.edges, m, {key: i for i, key in enumerate(skb.nodes)},
+                                  {rel: i for i, rel in enumerate(rels)})
+            return join_nodes(ray.get(node_refs)), edges
 
     def knn_pairs(self) -> KnnPairs | None:
         return self._knn_pairs

@@ -15,9 +15,9 @@ import numpy as np
 
 from graphs.index.hnsw_shards import build_shard, merge_topk, new_graph, save_shard
 from graphs.manifest import HNSWParams
-from graphs.skb.compact_write import compact_edges, compact_nodes
+from graphs.skb.compact_write import compact_nodes
 
-__all__ = ["bm25_tokens", "compact_edges", "compact_nodes", "hnsw_shard", "knn_merge", "knn_shard", "partitions", "tokenized"]
+__all__ = ["bm25_tokens", "compact_nodes", "hnsw_shard", "knn_merge", "knn_shard", "partitions", "tokenized"]
 
 
 def partitions(n: int, parts: int) -> list[tuple[int, int]]:
