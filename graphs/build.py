@@ -125,10 +125,11 @@ def split_large_files(
     return small, large
 
 
-def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None) -> None:
+def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None, tables: bool = True) -> None:
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
     (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
-    and the planner's statistics computed from it (``graphs.skb.state``)."""
+    and, with ``tables``, the planner's statistics computed from it (``graphs.skb.state``; otherwise the caller
+    computes them later from the compact SKB: ``write_tables``)."""
     from graphs.skb.compact import COMPACT_DIR, compact_arrays, write_compact
     from graphs.skb.compact_write import compact_names, compact_parts
     from graphs.skb.state import STATE_DIR, precompute
@@ -141,10 +142,21 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None)
         schema = skb.schema()
     write_compact(skb, skb_dir / COMPACT_DIR, schema, parts=parts)
     del parts, node_part, edge_part
+    if not tables:
+        return
     # from the SKB in memory (the compact arrays keep its node order, which the records refer to), reading its
     # label and edge id arrays from the compact files just written instead of building them from the records
     with skb.arrays_fixed(*compact_arrays(skb_dir / COMPACT_DIR)):
         precompute(skb, skb_dir / STATE_DIR, schema)
+
+
+def write_tables(compact: SKB, skb_dir: Path) -> None:
+    """The planner's statistics (``graphs.skb.state``) from the compact SKB written into ``skb_dir``: the same files
+    as from the SKB it was written from (same seconds at a million nodes), with the graph's Python objects gone.
+    Why: made beside those objects, the tables put a 1.9M-node, 39M-edge build process at 9 GB."""
+    from graphs.skb.state import STATE_DIR, precompute
+
+    precompute(compact, skb_dir / STATE_DIR, compact.schema())
 
 
 def release_heap() -> None:
@@ -218,7 +230,8 @@ def build_index(
         timings["fast_start"] = 0.0
         report("fast_start", 0, 1)
         graph_lines = getattr(engine, "graph_lines", None)  # graphs.update: the parent's lines of unchanged records
-        written = _submit(beside, _write_skb, skb, tmp / "skb", engine, graph_lines)
+        # consumed: the tables are made from the compact SKB once the graph's Python objects are gone (below)
+        written = _submit(beside, _write_skb, skb, tmp / "skb", engine, graph_lines, not consume)
 
         keys = list(skb.nodes)
         labels = [skb.nodes[k].label for k in keys]
@@ -251,8 +264,9 @@ def build_index(
                 from graphs.store.load_process import StoreLoad
 
                 # the graph store loads from the compact files just written, in a process of its own, while the
-                # vectors, the graphs and BM25 are made here (graphs.store.load_process)
+                # tables, the vectors, the graphs and BM25 are made here (graphs.store.load_process)
                 store_load = StoreLoad(tmp / "skb", tmp / "falkordb")
+            timings["fast_start"] += _timed(write_tables, skb, tmp / "skb")[1]
         # opens no model until used
         spec = EmbedderSpec(embedder_spec, cache_dir / "emb", tmp)
         embedder = get_embedder(spec.spec, cache_dir=spec.cache_dir, base_dir=spec.base_dir)
@@ -408,14 +422,15 @@ def _cores_left(beside: bool) -> AbstractContextManager[None]:
 
 
 def _write_skb(skb: SKB, skb_dir: Path, engine: BuildEngine,
-               graph_lines: Callable[[SKB], tuple[list[bytes], list[bytes]] | None] | None) -> dict[str, float]:
-    """The graph files (``write_jsonl``), then the fast-start files; the seconds of each."""
+               graph_lines: Callable[[SKB], tuple[list[bytes], list[bytes]] | None] | None,
+               tables: bool = True) -> dict[str, float]:
+    """The graph files (``write_jsonl``), then the fast-start files (``write_fast_start``); the seconds of each."""
     from graphs.loaders.jsonl import write_jsonl
 
     t0 = time.perf_counter()
     write_jsonl(skb, skb_dir, lines=graph_lines(skb) if graph_lines is not None else None)
     t1 = time.perf_counter()
-    write_fast_start(skb, skb_dir, engine)
+    write_fast_start(skb, skb_dir, engine, tables)
     return {"write_skb": t1 - t0, "fast_start": time.perf_counter() - t1}
 
 

@@ -13,6 +13,8 @@ from graphs.build import IndexConfig, build_index
 from graphs.loaders.hpo import load_hpo
 from graphs.manifest import Manifest
 from graphs.sage.edges import SimilarityConfig
+from graphs.skb import state
+from graphs.skb.compact import CompactSKB
 from graphs.store.falkordb_store import FalkorDBStore
 from graphs.store.load_process import StoreLoad
 from tests.store_fixtures import tiny_skb
@@ -59,13 +61,23 @@ def test_a_consumed_skb_gives_the_index_of_a_kept_one(tmp_path: Path, monkeypatc
         spawned.append(skb_dir)
         start(self, skb_dir, data_dir)
 
+    tables: list[tuple[type, int]] = []
+    precompute = state.precompute
+
+    def tables_of(skb: Any, *args: Any) -> None:
+        tables.append((type(skb), len(consumed.nodes)))
+        precompute(skb, *args)
+
     monkeypatch.setattr(FalkorDBStore, "load", recorded)
     monkeypatch.setattr(StoreLoad, "__init__", spawn)
+    monkeypatch.setattr(state, "precompute", tables_of)
     consumed = load_hpo(FIXTURE)
     build_index(consumed, tmp_path / "consumed", config, consume=True)
     assert len(kept.nodes) > 50 and (len(consumed.nodes), len(consumed.edges)) == (0, 0)
     # the store was loaded from the compact files, by a process of its own (not in this one)
     assert loaded == [] and len(spawned) == 1 and spawned[0].name == "skb"
+    # the planner's tables were made from the compact SKB, once the graph's objects were gone (the same files below)
+    assert tables == [(CompactSKB, 0)]
     a, b = _digests(tmp_path / "kept"), _digests(tmp_path / "consumed")
     assert set(a) == set(b)
     assert any(rel.startswith("phrases/") for rel in a) and any(rel.startswith("sage/") for rel in a)
