@@ -5,8 +5,8 @@ started here) or on a cluster (``address``: ``auto`` or ``ray://HOST:PORT``).
 - HNSW: one task per shard (``graphs.index.hnsw_shards``), each writing its graphs into the index's
   temporary directory, which must therefore be on storage every node reaches;
 - similarity kNN: one task per shard of a (label, field)'s vectors, merged exactly per row;
-- BM25: one tokenising task per partition; the index and its statistics are built once from the merged
-  corpus, so the scores equal a one-process build's;
+- BM25: one task per partition tokenises and counts its documents' terms; the index and its statistics are built
+  once from the merged counts, so the scores equal a one-process build's;
 - the compact SKB: its node arrays (label ids and props as JSON) one task per partition, joined in partition
   order, the edge arrays in the build process meanwhile, so the files are byte for byte a one-process build's.
 
@@ -28,13 +28,13 @@ import numpy as np
 
 from graphs.engine.local import EmbedderSpec, KnnPairs, Progress
 from graphs.engine.stages import (
-    bm25_tokens,
+    bm25_terms,
     compact_nodes,
     hnsw_shard,
     knn_merge,
     knn_shard,
+    merged_terms,
     partitions,
-    tokenized,
 )
 from graphs.errors import ConfigError, EngineError
 
@@ -226,11 +226,12 @@ class RayEngine:
         from graphs.index.bm25 import STEMMER, STOPWORDS, BM25Index
 
         ray = _ray()
-        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(bm25_tokens)
+        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(bm25_terms)
         parts = partitions(len(texts), 2 * self.workers)
         with self._stage("BM25"):
-            tokens = ray.get([task.remote(list(texts[a:b]), STEMMER, STOPWORDS) for a, b in parts])
-        return BM25Index.from_tokenized(keys, labels, tokenized(tokens), STEMMER, STOPWORDS)
+            counted = ray.get([task.remote(list(texts[a:b]), STEMMER, STOPWORDS) for a, b in parts])
+        vocab, docs = merged_terms(counted)
+        return BM25Index.from_terms(keys, labels, vocab, docs, stemmer=STEMMER, stopwords=STOPWORDS)
 
     def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
         """The compact SKB's node arrays, one task per partition of the nodes; the edge arrays are made here

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from graphs.index.bm25_terms import DocTerms
 from graphs.index.hnsw_shards import build_shard, merge_topk, new_graph, save_shard
 from graphs.manifest import HNSWParams
 from graphs.skb.compact_write import compact_nodes
 
-__all__ = ["bm25_tokens", "compact_nodes", "hnsw_shard", "knn_merge", "knn_shard", "partitions", "tokenized"]
+__all__ = ["bm25_terms", "compact_nodes", "hnsw_shard", "knn_merge", "knn_shard", "merged_terms", "partitions"]
 
 
 def partitions(n: int, parts: int) -> list[tuple[int, int]]:
@@ -27,28 +27,37 @@ def partitions(n: int, parts: int) -> list[tuple[int, int]]:
     return shard_ranges(n, parts)
 
 
-def bm25_tokens(texts: Sequence[str], stemmer: str | None, stopwords: str | list[str] | None) -> list[list[str]]:
-    """One partition's documents as stemmed tokens, exactly as ``BM25Index.build`` tokenises them."""
+def bm25_terms(texts: Sequence[str], stemmer: str | None,
+               stopwords: str | list[str] | None) -> tuple[list[str], DocTerms]:
+    """One partition's documents, tokenised exactly as ``BM25Index.build`` does, as term counts over the partition's
+    own vocabulary (its words in the order they first appear). Why counts and not tokens: a token list per document
+    comes back to the build process as one string object per token (1.9M documents: gigabytes); the counts are
+    three arrays and a vocabulary."""
     import bm25s
 
     from graphs.index.bm25 import BM25Index
 
     stem = BM25Index.make_stemmer(stemmer)
-    out = bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=stem, show_progress=False, return_ids=False)
-    return [list(doc) for doc in out]
-
-
-def tokenized(parts: Sequence[list[list[str]]]) -> Any:
-    """The partitions' tokens as one bm25s corpus (ids in first-appearance order): BM25's statistics (document
-    frequencies, average length) are then those of the whole corpus, as in a one-process build."""
-    import bm25s
-
+    docs = bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=stem, show_progress=False, return_ids=False)
     vocab: dict[str, int] = {}
-    ids: list[list[int]] = []
-    for part in parts:
-        for doc in part:
-            ids.append([vocab.setdefault(tok, len(vocab)) for tok in doc])
-    return bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
+    ids = [[vocab.setdefault(tok, len(vocab)) for tok in doc] for doc in docs]
+    del docs
+    return list(vocab), DocTerms.from_ids(ids)
+
+
+def merged_terms(parts: Sequence[tuple[list[str], DocTerms]]) -> tuple[dict[str, int], DocTerms]:
+    """The partitions' term counts over one vocabulary (words numbered in the order they first appear across the
+    partitions, in partition order): BM25's statistics (document frequencies, average length) are then the whole
+    corpus's, as in a one-process build."""
+    vocab: dict[str, int] = {}
+    merged: list[DocTerms] = []
+    for words, docs in parts:
+        remap = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.int32, count=len(words))
+        terms = remap[docs.terms]
+        doc_of = np.repeat(np.arange(len(docs), dtype=np.int64), np.diff(docs.ptr))
+        order = np.lexsort((terms, doc_of))  # each document's ids sorted again under the shared numbering
+        merged.append(DocTerms(docs.ptr, terms[order], docs.counts[order]))
+    return vocab, DocTerms.concat(merged)
 
 
 def hnsw_shard(

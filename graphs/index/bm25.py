@@ -188,27 +188,6 @@ class BM25Index:
         return cls.from_terms(list(keys), list(labels), vocab, both.take(source), stemmer=parent.stemmer_language,
                               stopwords=parent.stopwords)
 
-    @classmethod
-    def from_tokenized(
-        cls,
-        keys: list[str],
-        labels: list[str],
-        tokens: Any,
-        stemmer: str | None = STEMMER,
-        stopwords: str | list[str] | None = STOPWORDS,
-        *,
-        k1: float = 1.5,
-        b: float = 0.75,
-    ) -> BM25Index:
-        """An index over documents tokenised elsewhere (``graphs.engine.stages.bm25_tokens`` per partition,
-        merged by ``tokenized``) with the same ``stemmer``/``stopwords``: the statistics are the whole
-        corpus's, so the scores equal `build`'s."""
-        if not keys or len(keys) != len(labels) or len(tokens.ids) != len(keys):
-            raise ConfigError(f"BM25 got {len(keys)} keys, {len(labels)} labels and {len(tokens.ids)} tokenised "
-                              "documents -- they must be aligned and not empty")
-        return cls.from_terms(list(keys), list(labels), dict(tokens.vocab), DocTerms.from_ids(tokens.ids),
-                              stemmer=stemmer, stopwords=stopwords, k1=k1, b=b)
-
     @staticmethod
     def make_stemmer(language: str | None) -> Any:
         if not language:

@@ -17,7 +17,7 @@ from agent.cli import app
 from evals.studies.scale.generate import generate
 from graphs.build import IndexConfig, build_index
 from graphs.bundle import IndexBundle
-from graphs.engine.stages import bm25_tokens, partitions, tokenized
+from graphs.engine.stages import bm25_terms, merged_terms, partitions
 from graphs.errors import ConfigError
 from graphs.index.bm25 import BM25Index
 from graphs.loaders.jsonl import load_jsonl
@@ -46,10 +46,21 @@ def test_bm25_from_partitions_scores_as_the_one_process_index(graph: tuple[Path,
     labels = [skb.nodes[k].label for k in keys]
     texts = [skb.node_text(k) for k in keys]
     one = BM25Index.build(keys, labels, texts)
-    parts = [bm25_tokens(texts[a:b], "english", "en") for a, b in partitions(len(texts), 5)]
-    merged = BM25Index.from_tokenized(keys, labels, tokenized(parts))
+    parts = [bm25_terms(texts[a:b], "english", "en") for a, b in partitions(len(texts), 5)]
+    vocab, docs = merged_terms(parts)
+    merged = BM25Index.from_terms(keys, labels, vocab, docs, stemmer="english", stopwords="en")
     for question in _questions(skb):
         assert np.array_equal(one.scores(question), merged.scores(question)), question
+    # the same counts as the one-process index's, term for term (the two number the words differently)
+    one_vocab = one._retriever.vocab_dict  # the words as the one-process index numbered them
+    assert one.doc_terms is not None and sorted(vocab) == sorted(w for w in one_vocab if w)
+    word_of = {i: w for w, i in vocab.items()}
+    one_word = {i: w for w, i in one_vocab.items()}
+    for row in range(0, len(keys), 7):
+        a, b = slice(*one.doc_terms.ptr[row:row + 2]), slice(*docs.ptr[row:row + 2])
+        assert sorted(zip([one_word[int(t)] for t in one.doc_terms.terms[a]], one.doc_terms.counts[a].tolist())) == \
+            sorted(zip([word_of[int(t)] for t in docs.terms[b]], docs.counts[b].tolist()))
+        assert list(docs.terms[b]) == sorted(docs.terms[b])
 
 
 def _compact_files(directory: Path) -> dict[str, bytes]:

@@ -84,7 +84,7 @@ def test_a_worker_killed_mid_stage_is_retried_and_the_build_ends_as_without_it(
     config = IndexConfig(dataset="gen", embedder="hash:64", store="none")
     marker = tmp_path / "died"
     monkeypatch.setattr(ray_engine, "hnsw_shard", _dying(ray_engine.hnsw_shard, marker, 1))
-    monkeypatch.setattr(ray_engine, "bm25_tokens", _dying(ray_engine.bm25_tokens, tmp_path / "bm25-died", 1))
+    monkeypatch.setattr(ray_engine, "bm25_terms", _dying(ray_engine.bm25_terms, tmp_path / "bm25-died", 1))
     engine = ray_engine.RayEngine(shards=2)
     try:
         build_index(skb, tmp_path / "faulty", config, engine=engine)
