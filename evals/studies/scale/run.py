@@ -68,7 +68,10 @@ def _command(pid: int) -> str:
     if first.startswith("ray::"):
         return first
     name = Path(first).name
-    if name.startswith("python") and len(words) > 2 and words[1] == b"-c":
+    line = b" ".join(words)
+    if name.startswith("python") and b"multiprocessing.spawn" in line:
+        return "build's spawned process (graph store load)"
+    if name.startswith("python") and b"agent.cli import app" in line:
         return "build (skb index)"
     if name.startswith("python") and len(words) > 1:
         return Path(words[1].decode("utf-8", "replace")).name
