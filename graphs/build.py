@@ -153,7 +153,8 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None,
 def write_tables(compact: SKB, skb_dir: Path) -> None:
     """The planner's statistics (``graphs.skb.state``) from the compact SKB written into ``skb_dir``: the same files
     as from the SKB it was written from (same seconds at a million nodes), with the graph's Python objects gone.
-    Why: made beside those objects, the tables put a 1.9M-node, 39M-edge build process at 9 GB."""
+    Why: made beside those objects, the tables put a 1.9M-node, 39M-edge build process at 9 GB (where the embedded
+    store is loaded by a process of its own, that process makes them: ``graphs.store.load_process``)."""
     from graphs.skb.state import STATE_DIR, precompute
 
     precompute(compact, skb_dir / STATE_DIR, compact.schema())
@@ -263,10 +264,11 @@ def build_index(
             if config.store == "falkordb" and getattr(engine, "graph_store", None) is None:
                 from graphs.store.load_process import StoreLoad
 
-                # the graph store loads from the compact files just written, in a process of its own, while the
-                # tables, the vectors, the graphs and BM25 are made here (graphs.store.load_process)
-                store_load = StoreLoad(tmp / "skb", tmp / "falkordb")
-            timings["fast_start"] += _timed(write_tables, skb, tmp / "skb")[1]
+                # the planner's tables, then the graph store, made from the compact files just written in a process
+                # of its own while the vectors, the graphs and BM25 are made here (graphs.store.load_process)
+                store_load = StoreLoad(tmp / "skb", tmp / "falkordb", tables=True)
+            else:
+                timings["tables"] = _timed(write_tables, skb, tmp / "skb")[1]
         # opens no model until used
         spec = EmbedderSpec(embedder_spec, cache_dir / "emb", tmp)
         embedder = get_embedder(spec.spec, cache_dir=spec.cache_dir, base_dir=spec.base_dir)
@@ -345,6 +347,12 @@ def build_index(
         del batch_embedder
         release_heap()  # the vectors, graphs and texts go back to the system before the graph server loads here
 
+        loaded_beside = store_load is not None
+        if store_load is not None:  # it writes the planner's tables under skb/ too: waited for before they are hashed
+            report("store", 0, 1)
+            timings.update(store_load.result())  # its own seconds (tables, store_load), beside the stages above
+            store_load = None
+            report("store", 1, 1)
         for path in sorted((tmp / "skb").rglob("*")):
             if path.is_file():
                 files[str(path.relative_to(tmp))] = sha256_file(path)
@@ -355,13 +363,8 @@ def build_index(
             from graphs.store.falkordb_store import FalkorDBStore
 
             patch_store = getattr(engine, "graph_store", None)  # graphs.update: the parent's graph, patched
-            if store_load is not None:
-                report("store", 0, 1)
-                timings["store_load"] = store_load.result()  # its own seconds, beside the stages above
-                store_load = None
-                report("store", 1, 1)
-            elif patch_store is None or not patch_store(skb, tmp / "falkordb",
-                                                        progress=lambda d, t: report("store", d, t)):
+            if not loaded_beside and (patch_store is None or not patch_store(
+                    skb, tmp / "falkordb", progress=lambda d, t: report("store", d, t))):
                 with FalkorDBStore(tmp / "falkordb") as store:
                     store.load(skb, progress=lambda d, t: report("store", d, t))
             # recorded after the server stopped: the dump is final (load() saved it; an unchanged graph is not re-saved)

@@ -57,9 +57,10 @@ def test_a_consumed_skb_gives_the_index_of_a_kept_one(tmp_path: Path, monkeypatc
     spawned: list[Path] = []
     start = StoreLoad.__init__
 
-    def spawn(self: StoreLoad, skb_dir: Path, data_dir: Path) -> None:
+    def spawn(self: StoreLoad, skb_dir: Path, data_dir: Path, tables: bool = False) -> None:
         spawned.append(skb_dir)
-        start(self, skb_dir, data_dir)
+        assert tables  # the planner's tables are made there too, before the load
+        start(self, skb_dir, data_dir, tables)
 
     tables: list[tuple[type, int]] = []
     precompute = state.precompute
@@ -76,8 +77,15 @@ def test_a_consumed_skb_gives_the_index_of_a_kept_one(tmp_path: Path, monkeypatc
     assert len(kept.nodes) > 50 and (len(consumed.nodes), len(consumed.edges)) == (0, 0)
     # the store was loaded from the compact files, by a process of its own (not in this one)
     assert loaded == [] and len(spawned) == 1 and spawned[0].name == "skb"
-    # the planner's tables were made from the compact SKB, once the graph's objects were gone (the same files below)
+    # the planner's tables were made by that process (the same files below), not in this one
+    assert tables == []
+    # without the embedded store, this process makes them: from the compact SKB, once the graph's objects are gone
+    none = load_hpo(FIXTURE)
+    consumed = none
+    build_index(none, tmp_path / "no-store", config.model_copy(update={"store": "none"}), consume=True)
     assert tables == [(CompactSKB, 0)]
+    assert {rel: d for rel, d in _digests(tmp_path / "no-store").items() if rel.startswith("skb/state/")} == {
+        rel: d for rel, d in _digests(tmp_path / "kept").items() if rel.startswith("skb/state/")}
     a, b = _digests(tmp_path / "kept"), _digests(tmp_path / "consumed")
     assert set(a) == set(b)
     assert any(rel.startswith("phrases/") for rel in a) and any(rel.startswith("sage/") for rel in a)

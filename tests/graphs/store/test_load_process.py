@@ -22,7 +22,7 @@ def test_a_load_from_compact_files_gives_the_graph_and_its_seconds(tmp_path: Pat
     build_index(tiny_skb(), tmp_path / "index", IndexConfig(dataset="tiny", embedder="hash:64", store="none"))
     assert (tmp_path / "index" / "skb" / COMPACT_DIR).is_dir()
     seconds = StoreLoad(tmp_path / "index" / "skb", tmp_path / "falkordb").result()
-    assert seconds > 0
+    assert list(seconds) == ["store_load"] and seconds["store_load"] > 0
     with FalkorDBStore(tmp_path / "falkordb") as store:
         rows = store.query("MATCH (n) RETURN n.key AS key ORDER BY key").rows
         edges = store.query("MATCH ()-[r]->() RETURN count(r) AS n").rows
@@ -57,8 +57,8 @@ def test_a_build_that_fails_while_the_store_loads_stops_the_load_and_leaves_noth
     started: list[StoreLoad] = []
     start = StoreLoad.__init__
 
-    def spawn(self: StoreLoad, skb_dir: Path, data_dir: Path) -> None:
-        start(self, skb_dir, data_dir)
+    def spawn(self: StoreLoad, skb_dir: Path, data_dir: Path, tables: bool = False) -> None:
+        start(self, skb_dir, data_dir, tables)
         started.append(self)
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -70,3 +70,17 @@ def test_a_build_that_fails_while_the_store_loads_stops_the_load_and_leaves_noth
         build_index(tiny_skb(), tmp_path / "index", IndexConfig(dataset="tiny", embedder="hash:64"), consume=True)
     assert len(started) == 1 and not started[0]._process.is_alive()
     assert list(tmp_path.iterdir()) == []  # neither the index nor its build directory
+
+
+def test_the_planners_tables_made_beside_are_the_files_a_build_writes(tmp_path: Path) -> None:
+    from graphs.skb.state import STATE_DIR
+
+    build_index(tiny_skb(), tmp_path / "index", IndexConfig(dataset="tiny", embedder="hash:64", store="none"))
+    skb_dir = tmp_path / "index" / "skb"
+    written = {p.name: p.read_bytes() for p in (skb_dir / STATE_DIR).iterdir()}
+    assert written
+    for path in (skb_dir / STATE_DIR).iterdir():
+        path.unlink()
+    seconds = StoreLoad(skb_dir, tmp_path / "falkordb", tables=True).result()
+    assert list(seconds) == ["tables", "store_load"]
+    assert {p.name: p.read_bytes() for p in (skb_dir / STATE_DIR).iterdir()} == written
