@@ -171,6 +171,24 @@ def test_the_schema_of_an_skb_with_fixed_arrays_counts_them(tmp_path: Path) -> N
         assert list(graph.relation_patterns().items()) != expected
 
 
+def test_relation_counts_in_slices_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted a few edges at a time (as at tens of millions of edges), the patterns, their counts and their order
+    of first occurrence are those of one pass over the edges."""
+    from graphs.skb import model
+    from graphs.skb.compact_write import compact_names, compact_parts
+    from tests.small_graphs import catalog_skb
+
+    graph = catalog_skb()
+    expected = list(graph.relation_patterns().items())
+    labels, rels = compact_names(graph)
+    nodes, edges = compact_parts(graph, labels, rels)
+    assert len(edges.rel) > 7 and len(expected) >= 2
+    for chunk in (1, 3, 7, len(edges.rel)):
+        monkeypatch.setattr(model, "PATTERN_CHUNK", chunk)
+        got = relation_counts(labels, nodes.label, rels, edges.rel, edges.src, edges.dst)
+        assert list(got.items()) == expected, chunk
+
+
 # -- stored statistics ---------------------------------------------------------------------------
 def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: Path) -> None:
     write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
