@@ -127,7 +127,7 @@ def split_large_files(
 
 def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None, tables: bool = True) -> None:
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
-    (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it partitions them)
+    (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it has them: an update's)
     and, with ``tables``, the planner's statistics computed from it (``graphs.skb.state``; otherwise the caller
     computes them later from the compact SKB: ``write_tables``)."""
     from graphs.skb.compact import COMPACT_DIR, compact_arrays, write_compact

@@ -15,9 +15,8 @@ import numpy as np
 from graphs.index.bm25_terms import DocTerms
 from graphs.index.hnsw_shards import build_shard, merge_topk, new_graph, save_shard
 from graphs.manifest import HNSWParams
-from graphs.skb.compact_write import compact_nodes
 
-__all__ = ["bm25_terms", "compact_nodes", "hnsw_shard", "knn_merge", "knn_shard", "merged_terms", "partitions"]
+__all__ = ["bm25_terms", "hnsw_shard", "knn_merge", "knn_shard", "merged_terms", "partitions"]
 
 
 def partitions(n: int, parts: int) -> list[tuple[int, int]]:

@@ -80,8 +80,7 @@ class EdgePart(NamedTuple):
 
 
 def compact_nodes(nodes: Iterable[Node], count: int, label_id: Mapping[str, int]) -> NodePart:
-    """``count`` nodes (in order) as a :class:`NodePart`; a range of the SKB's nodes gives that range of the
-    whole graph's arrays, so parts written apart and joined (:func:`join_nodes`) equal one pass."""
+    """``count`` nodes (in order) as a :class:`NodePart` (an update makes its new nodes' part so)."""
     items = nodes if isinstance(nodes, Sequence) else list(nodes)
     label = np.fromiter((label_id[node.label] for node in items), dtype=np.int32, count=count)
     blob, off = _props_blob((node.props for node in items), _dumper())
@@ -99,35 +98,6 @@ def compact_edges(edges: Iterable[Edge], count: int, index: Mapping[str, int], r
     rel = np.fromiter((rel_id[e.rel] for e in items), dtype=np.int32, count=count)
     blob, off = _props_blob((e.props for e in items), _dumper())
     return EdgePart(src, dst, rel, blob, off)
-
-
-def _join_blobs(parts: Sequence[tuple[bytes, np.ndarray]]) -> tuple[bytes, np.ndarray]:
-    """Blobs concatenated, each part's offsets shifted by the bytes before it (one leading 0)."""
-    offsets = [np.zeros(1, dtype=np.int64)]
-    total = 0
-    for blob, off in parts:
-        offsets.append(np.asarray(off[1:], dtype=np.int64) + total)
-        total += len(blob)
-    return b"".join(blob for blob, _ in parts), np.concatenate(offsets)
-
-
-def join_nodes(parts: Sequence[NodePart]) -> NodePart:
-    """Consecutive node parts as one (the arrays a single :func:`compact_nodes` over all of them gives)."""
-    if len(parts) == 1:
-        return parts[0]
-    blob, off = _join_blobs([(p.blob, p.off) for p in parts])
-    return NodePart(np.concatenate([p.label for p in parts]).astype(np.int32), blob, off)
-
-
-def join_edges(parts: Sequence[EdgePart]) -> EdgePart:
-    """Consecutive edge parts as one (the arrays a single :func:`compact_edges` over all of them gives)."""
-    if len(parts) == 1:
-        return parts[0]
-    blob, off = _join_blobs([(p.blob, p.off) for p in parts])
-    def ids(field: str) -> np.ndarray:
-        return np.concatenate([getattr(p, field) for p in parts]).astype(np.int32)
-
-    return EdgePart(ids("src"), ids("dst"), ids("rel"), blob, off)
 
 
 def compact_arrays(directory: Path) -> tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]:
@@ -166,8 +136,8 @@ def write_compact(
 
     ``schema``: ``skb.schema()`` when the caller has it already (it scans every node and edge).
     ``dense_edges``: see :data:`DENSE_EDGES` (tests lower it to exercise the grouped path on small graphs).
-    ``parts``: the node and edge arrays when computed elsewhere (``compact_nodes``/``compact_edges`` over
-    ranges, joined; the ids by :func:`compact_names`), e.g. by partitions on a build engine's workers."""
+    ``parts``: the node and edge arrays when computed elsewhere (the ids by :func:`compact_names`), e.g. an update's
+    (the parent's arrays patched with the changed records')."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = list(skb.nodes)

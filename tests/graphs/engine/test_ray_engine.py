@@ -67,30 +67,6 @@ def _compact_files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
-def test_the_compact_skb_from_partitions_is_the_one_pass_files_byte_for_byte(hpo_mini_skb: SKB, tmp_path: Path) -> None:
-    from graphs.skb.compact_write import (
-        compact_edges,
-        compact_names,
-        compact_nodes,
-        join_edges,
-        join_nodes,
-        write_compact,
-    )
-
-    skb = hpo_mini_skb
-    write_compact(skb, tmp_path / "one", dense_edges=4)
-    labels, rels = compact_names(skb)
-    nodes, label_id = list(skb.nodes.values()), {label: i for i, label in enumerate(labels)}
-    index, rel_id = {key: i for i, key in enumerate(skb.nodes)}, {rel: i for i, rel in enumerate(rels)}
-    node_parts = [compact_nodes(nodes[a:b], b - a, label_id) for a, b in partitions(len(nodes), 7)]
-    edge_parts = [compact_edges(skb.edges[a:b], b - a, index, rel_id) for a, b in partitions(len(skb.edges), 5)]
-    assert any(p.blob for p in edge_parts) and any(not p.blob for p in edge_parts)  # edges with and without props
-    write_compact(skb, tmp_path / "parts", dense_edges=4, parts=(join_nodes(node_parts), join_edges(edge_parts)))
-    one, parts = _compact_files(tmp_path / "one"), _compact_files(tmp_path / "parts")
-    assert "out_dense_idx.npy" in one and one.keys() == parts.keys()
-    assert [name for name in one if one[name] != parts[name]] == []
-
-
 def test_sharded_similarity_knn_finds_the_one_graph_pairs(graph: tuple[Path, SKB]) -> None:
     from graphs.embedding.embedder import embed_all, get_embedder
     from graphs.engine.stages import knn_merge, knn_shard
@@ -118,10 +94,9 @@ def test_ray_build_answers_as_the_in_process_build(graph: tuple[Path, SKB], ray_
     build_index(skb, root / "local", config)
     stages: list[str] = []
     engine = RayEngine(shards=2)
-    engine.compact_min = 0  # the compact SKB from partition tasks too (a graph this small stays local by default)
     try:
         build_index(skb, root / "ray", config, progress=lambda stage, d, t: stages.append(stage), engine=engine)
-        assert engine.compact_parts(skb) is not None  # what the build wrote came from the partition tasks
+        assert engine.compact_parts(skb) is None  # the compact SKB is written here, as in-process
     finally:
         engine.close()
     assert ray_local.is_initialized()  # the engine leaves a Ray it did not start running
