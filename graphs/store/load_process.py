@@ -29,7 +29,9 @@ def load_compact(skb_dir: Path, data_dir: Path, tables: bool = False) -> dict[st
     """Load the compact SKB written under ``skb_dir`` into a new FalkorDB data directory ``data_dir`` (saved when it
     returns), with ``tables`` first writing the planner's tables under ``skb_dir``; the seconds of each
     (``tables``, ``store_load``)."""
-    from graphs.build import release_heap
+    import gc
+
+    from graphs.heap import give_back_freed_memory
     from graphs.skb.compact import open_compact
     from graphs.skb.state import STATE_DIR, precompute
     from graphs.store.falkordb_store import FalkorDBStore
@@ -40,7 +42,8 @@ def load_compact(skb_dir: Path, data_dir: Path, tables: bool = False) -> dict[st
         compact = open_compact(skb_dir)
         precompute(compact, skb_dir / STATE_DIR, compact.schema())
         del compact
-        release_heap()
+        gc.collect()
+        give_back_freed_memory()  # the tables' memory goes back before the store's rows are made
         seconds["tables"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with FalkorDBStore(data_dir) as store:

@@ -132,9 +132,10 @@ def build(data: Path, index_dir: Path, embedder: str, timeout_s: float, engine: 
     summary["peak_rss_mib"] = {k: round(v / 1024, 1) for k, v in peaks.items()}
     summary["peak_rss_mib_max"] = round(max(peaks.values(), default=0) / 1024, 1)
     summary["peak_rss_mib_one_process"] = round(process_peak / 1024, 1)  # the largest single process's peak
-    summary["peak_rss_mib_by_process"] = sorted(
-        ({"process": names[pid], "pid": pid, "peak_rss_mib": round(kib / 1024, 1), "stage": at}
-         for pid, (kib, at) in by_pid.items() if pid in names), key=lambda row: -row["peak_rss_mib"])
+    largest_first = sorted((pid for pid in by_pid if pid in names), key=lambda pid: -by_pid[pid][0])
+    summary["peak_rss_mib_by_process"] = [
+        {"process": names[pid], "pid": pid, "peak_rss_mib": round(by_pid[pid][0] / 1024, 1), "stage": by_pid[pid][1]}
+        for pid in largest_first]
     summary["cpu_s"] = {k: round(v, 2) for k, v in cpu_by_stage.items()}
     summary["cpu_s_total"] = round(sum(cpu_by_stage.values()), 2)
     summary["parts_mib"] = {p.name: round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
