@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from graphs.embedding.embedder import DEFAULT_EMBEDDER
 from graphs.errors import ConfigError
-from graphs.heap import give_back_freed_memory, paused_gc
+from graphs.heap import paused_gc, release_heap
 from graphs.index_dir import check_target, clean_stale_builds, discard, swap_in
 from graphs.sage.edges import SimilarityConfig
 from graphs.skb.model import SKB
@@ -129,7 +129,7 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None,
     """The artifacts that let an index open without parsing: the SKB as memory-mapped arrays
     (``graphs.skb.compact``; their node and edge parts computed by ``engine`` where it has them: an update's)
     and, with ``tables``, the planner's statistics computed from it (``graphs.skb.state``; otherwise the caller
-    computes them later from the compact SKB: ``write_tables``)."""
+    computes them later from the compact SKB: ``graphs.skb.state.write_tables``)."""
     from graphs.skb.compact import COMPACT_DIR, compact_arrays, write_compact
     from graphs.skb.compact_write import compact_names, compact_parts
     from graphs.skb.state import STATE_DIR, precompute
@@ -148,26 +148,6 @@ def write_fast_start(skb: SKB, skb_dir: Path, engine: BuildEngine | None = None,
     # label and edge id arrays from the compact files just written instead of building them from the records
     with skb.arrays_fixed(*compact_arrays(skb_dir / COMPACT_DIR)):
         precompute(skb, skb_dir / STATE_DIR, schema)
-
-
-def write_tables(compact: SKB, skb_dir: Path) -> None:
-    """The planner's statistics (``graphs.skb.state``) from the compact SKB written into ``skb_dir``: the same files
-    as from the SKB it was written from (same seconds at a million nodes), with the graph's Python objects gone.
-    Why: made beside those objects, the tables put a 1.9M-node, 39M-edge build process at 9 GB (where the embedded
-    store is loaded by a process of its own, that process makes them: ``graphs.store.load_process``)."""
-    from graphs.skb.state import STATE_DIR, precompute
-
-    precompute(compact, skb_dir / STATE_DIR, compact.schema())
-
-
-def release_heap() -> None:
-    """Collect what the finished stages dropped and hand freed heap pages back to the system (glibc's
-    ``malloc_trim``; a no-op elsewhere): the freed memory of millions of small objects otherwise stays in
-    the process, counted in its RSS while the graph store loads beside it."""
-    import gc
-
-    gc.collect()
-    give_back_freed_memory()
 
 
 def dir_size(path: Path) -> int:
@@ -268,6 +248,8 @@ def build_index(
                 # of its own while the vectors, the graphs and BM25 are made here (graphs.store.load_process)
                 store_load = StoreLoad(tmp / "skb", tmp / "falkordb", tables=True)
             else:
+                from graphs.skb.state import write_tables
+
                 timings["tables"] = _timed(write_tables, skb, tmp / "skb")[1]
         # opens no model until used
         spec = EmbedderSpec(embedder_spec, cache_dir / "emb", tmp)

@@ -65,8 +65,8 @@ class BuildEngine(Protocol):
     def bm25(self, keys: list[str], labels: list[str], texts: Sequence[str]) -> BM25Index: ...
 
     def compact_parts(self, skb: SKB) -> tuple[NodePart, EdgePart] | None:
-        """The compact SKB's node and edge arrays computed by partitions (``graphs.skb.compact_write``);
-        None: ``write_compact`` computes them in one pass in this process."""
+        """The compact SKB's node and edge arrays where the engine has them already (an update's: the parent's,
+        patched); None: ``write_compact`` computes them in one pass in this process."""
         ...
 
     def knn_pairs(self) -> KnnPairs | None:

@@ -591,9 +591,3 @@ def relation_counts(labels: Sequence[str], node_label: np.ndarray, rels: Sequenc
         src, dst = divmod(rest, n_labels)
         out[(rels[rel], labels[src], labels[dst])] = totals[value]
     return out
-    uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
-    for j in np.argsort(first, kind="stable"):
-        rel, rest = divmod(int(uniq[j]), n_labels * n_labels)
-        src, dst = divmod(rest, n_labels)
-        out[(rels[rel], labels[src], labels[dst])] = int(counts[j])
-    return out

@@ -29,21 +29,16 @@ def load_compact(skb_dir: Path, data_dir: Path, tables: bool = False) -> dict[st
     """Load the compact SKB written under ``skb_dir`` into a new FalkorDB data directory ``data_dir`` (saved when it
     returns), with ``tables`` first writing the planner's tables under ``skb_dir``; the seconds of each
     (``tables``, ``store_load``)."""
-    import gc
-
-    from graphs.heap import give_back_freed_memory
+    from graphs.heap import release_heap
     from graphs.skb.compact import open_compact
-    from graphs.skb.state import STATE_DIR, precompute
+    from graphs.skb.state import write_tables
     from graphs.store.falkordb_store import FalkorDBStore
 
     seconds: dict[str, float] = {}
     if tables:
         t0 = time.perf_counter()
-        compact = open_compact(skb_dir)
-        precompute(compact, skb_dir / STATE_DIR, compact.schema())
-        del compact
-        gc.collect()
-        give_back_freed_memory()  # the tables' memory goes back before the store's rows are made
+        write_tables(open_compact(skb_dir), skb_dir)
+        release_heap()  # the tables' memory goes back before the store's rows are made
         seconds["tables"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with FalkorDBStore(data_dir) as store:

@@ -62,17 +62,19 @@ def test_a_consumed_skb_gives_the_index_of_a_kept_one(tmp_path: Path, monkeypatc
         assert tables  # the planner's tables are made there too, before the load
         start(self, skb_dir, data_dir, tables)
 
-    tables: list[tuple[type, int]] = []
+    tables: list[tuple[type, int]] = []  # (what the tables were made from, nodes left in the SKB being built)
+    building: list[Any] = []
     precompute = state.precompute
 
     def tables_of(skb: Any, *args: Any) -> None:
-        tables.append((type(skb), len(consumed.nodes)))
+        tables.append((type(skb), len(building[-1].nodes)))
         precompute(skb, *args)
 
     monkeypatch.setattr(FalkorDBStore, "load", recorded)
     monkeypatch.setattr(StoreLoad, "__init__", spawn)
     monkeypatch.setattr(state, "precompute", tables_of)
     consumed = load_hpo(FIXTURE)
+    building.append(consumed)
     build_index(consumed, tmp_path / "consumed", config, consume=True)
     assert len(kept.nodes) > 50 and (len(consumed.nodes), len(consumed.edges)) == (0, 0)
     # the store was loaded from the compact files, by a process of its own (not in this one)
@@ -81,7 +83,7 @@ def test_a_consumed_skb_gives_the_index_of_a_kept_one(tmp_path: Path, monkeypatc
     assert tables == []
     # without the embedded store, this process makes them: from the compact SKB, once the graph's objects are gone
     none = load_hpo(FIXTURE)
-    consumed = none
+    building.append(none)
     build_index(none, tmp_path / "no-store", config.model_copy(update={"store": "none"}), consume=True)
     assert tables == [(CompactSKB, 0)]
     assert {rel: d for rel, d in _digests(tmp_path / "no-store").items() if rel.startswith("skb/state/")} == {

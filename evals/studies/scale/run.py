@@ -215,14 +215,15 @@ def latency(index_dir: Path, data: Path, n_search: int, n_agent: int, seed: int)
     return out
 
 
-def _last_build(results: Path, size: int) -> tuple[dict[str, Any], float] | None:
-    """The last build measured for ``size`` in ``results`` and the load average it started at."""
+def _last_build(results: Path, size: int) -> tuple[dict[str, Any], float, str] | None:
+    """The last build measured for ``size`` in ``results``, the load average it started at and its engine."""
     found = None
     if results.is_file():
         for line in results.read_text(encoding="utf-8").splitlines():
             row = json.loads(line) if line.strip() else {}
             if row.get("nodes_requested") == size and "build" in row:
-                found = (row["build"], float(row.get("build_load_avg_start", row.get("load_avg_start", 0.0))))
+                found = (row["build"], float(row.get("build_load_avg_start", row.get("load_avg_start", 0.0))),
+                         str(row.get("engine", "local")))
     return found
 
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             previous = _last_build(args.out / "results.jsonl", size)
             if previous is not None:
-                row["build"], row["build_load_avg_start"] = previous
+                row["build"], row["build_load_avg_start"], row["engine"] = previous
         if not args.skip_latency:
             row["latency"] = latency(index_dir, data, args.searches, args.agent, args.seed)
         row["load_avg_end"] = os.getloadavg()[0]
