@@ -47,6 +47,10 @@ LinkMethod = Literal["exact", "fuzzy", "embedding"]
 #: development cases, at a dearer graph search).
 PHRASE_POOL_PER_TERM = 4
 
+#: Names and synonyms whose vectors the embedding linker keeps (1.5 KB each at 384 dimensions); past it the cache
+#: starts again. A question reads a few dozen; a server answering for months would otherwise hold every name.
+MAX_PHRASE_VECTORS = 20_000
+
 
 class LinkedEntity(BaseModel):
     key: str
@@ -532,18 +536,22 @@ class EntityLinker:
         if not cands:
             return []
         phrases: list[tuple[str, str]] = [(k, p) for k in cands for p in self._phrases(k)]
-        missing = [p for _, p in phrases if p not in self._phrase_vecs]
+        known = self._phrase_vecs
+        vecs = {p: v for p in dict.fromkeys(p for _, p in phrases) if (v := known.get(p)) is not None}
+        missing = [p for p in dict.fromkeys(p for _, p in phrases) if p not in vecs]
         if missing:
             # Like queries, names bypass the on-disk embedding cache (``inner``): the linker keeps its
             # own in-memory cache, and growing the index's cache per question would slow every call.
             embedder = self.bundle.embedder
             embedder = getattr(embedder, "inner", embedder)
-            mats = np.asarray(embedder.embed(list(dict.fromkeys(missing))), dtype=np.float32)
-            for text, row in zip(dict.fromkeys(missing), mats):
-                self._phrase_vecs[text] = row
+            new = dict(zip(missing, np.asarray(embedder.embed(missing), dtype=np.float32), strict=True))
+            if len(known) + len(new) > MAX_PHRASE_VECTORS:
+                known.clear()  # bounded: over a server's life the questions reach every name of the graph
+            known.update(new)
+            vecs.update(new)
         best: dict[str, float] = {}
         for key, phrase in phrases:
-            sim = float(self._phrase_vecs[phrase] @ vec)
+            sim = float(vecs[phrase] @ vec)
             if sim > best.get(key, -1.0):
                 best[key] = sim
         key, sim = max(best.items(), key=lambda kv: kv[1])

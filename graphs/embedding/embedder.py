@@ -156,6 +156,12 @@ class MiniLMEmbedder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         encoder = self._get_encoder()
+        if len(items) <= self.batch_size:
+            # One encoder batch runs on the single-query session: the question path embeds a few names or
+            # words at a time, and a second session would hold a second copy of the weights and its own
+            # buffers in every process that answers questions (120-160 MB of a serving replica's private
+            # memory). The two sessions differ only in threads; a build's large batches keep the batch one.
+            return np.asarray(encoder.encode(items, self.batch_size, query=True))
         return _chunked(
             lambda part: encoder.encode(part, self.batch_size), items, max(self.batch_size * 16, 1024), progress
         )

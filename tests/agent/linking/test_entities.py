@@ -65,3 +65,26 @@ def test_frame_words_include_schema_labels(hpo_mini_skb: Any) -> None:
     lex = build_lexicon(hpo_mini_skb)
     assert {"phenotype", "disease", "gene"} <= lex.frame
     assert ("proptosi",) in lex.table or ("proptosis",) in lex.table
+
+
+def test_the_name_vectors_kept_between_questions_are_bounded(hpo_bundle: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server answers for months: the vectors of the names the embedding linker compared stay below the bound,
+    and a cache started again links the same nodes as a warm one."""
+    from agent.linking import entities
+
+    monkeypatch.setattr(entities, "MAX_PHRASE_VECTORS", 12)
+    linker = EntityLinker(hpo_bundle)
+    mentions = ["widened aorta", "small head", "fits", "weak muscles", "short stature", "curved spine"]
+    first = [linker._embed(m, []) for m in mentions]
+    sizes = []
+    for mention in mentions:
+        linker._embed(mention, [])
+        sizes.append(len(linker._phrase_vecs))
+    def names_compared(mention: str) -> int:
+        hits = hpo_bundle.hnsw.search(hpo_bundle.embedder.embed_query(mention), linker.embedding_candidates, per_label=True)
+        return len({p for k, _ in hits for p in linker._phrases(k)})
+
+    per_call = max(names_compared(m) for m in mentions)
+    assert max(sizes) <= max(12, per_call) and min(sizes) > 0
+    # the same nodes (int8 vectors move a little with the texts embedded beside them: scores, not links)
+    assert [[k for k, _ in linker._embed(m, [])] for m in mentions] == [[k for k, _ in f] for f in first]

@@ -84,15 +84,19 @@ def test_onnx_query_equals_batch_row(hpo_sample: list[str]) -> None:
 @pytest.mark.integration
 def test_queries_run_on_a_one_thread_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """One query gains nothing from intra-op threads and loses to them beside the graph store's work;
-    a process that only answers questions builds no batch session; SKB_ONNX_THREADS overrides both."""
+    a process that only answers questions builds no batch session, even where it embeds a few names at
+    once (one encoder batch); SKB_ONNX_THREADS overrides both."""
     monkeypatch.delenv("SKB_ONNX_THREADS", raising=False)
-    emb = MiniLMEmbedder(max_seq_length=SEQ)
+    emb = MiniLMEmbedder(max_seq_length=SEQ, batch_size=2)
     vector = emb.embed_query("generalized tonic-clonic seizure")
     encoder = emb._get_encoder()
     assert encoder._session is None
     assert encoder._query_session.get_session_options().intra_op_num_threads == QUERY_THREADS == 1
-    batch = emb.embed(["generalized tonic-clonic seizure", "short stature"])
+    few = emb.embed(["generalized tonic-clonic seizure", "short stature"])
+    assert encoder._session is None
+    batch = emb.embed(["generalized tonic-clonic seizure", "short stature", "hypotonia"])
     assert encoder._session is not None and encoder._session is not encoder._query_session
+    np.testing.assert_allclose(few, batch[:2], atol=1e-5)  # the same vectors from either session
     assert encoder._session.get_session_options().intra_op_num_threads == 0  # ONNX Runtime's default
     np.testing.assert_allclose(vector, batch[0], atol=1e-5)
     monkeypatch.setenv("SKB_ONNX_THREADS", "2")
@@ -118,22 +122,22 @@ def test_a_batch_session_opened_in_batch_threads_runs_that_many(monkeypatch: pyt
         return session
 
     monkeypatch.setattr(onnx_embedder, "_session", recorded)
-    emb = MiniLMEmbedder(max_seq_length=SEQ)
+    emb = MiniLMEmbedder(max_seq_length=SEQ, batch_size=1)  # two texts are more than one encoder batch
     with batch_threads(1):
         inside = emb.embed(["generalized tonic-clonic seizure", "short stature"])
     encoder = emb._get_encoder()
     assert used[-1] == 1 and encoder._session is None  # the query session's threads; no batch session yet
     np.testing.assert_allclose(inside[0], emb.embed_query("generalized tonic-clonic seizure"), atol=1e-5)
-    emb.embed(["short stature"])  # outside the block: ONNX Runtime's default
+    emb.embed(["short stature", "x"])  # outside the block: ONNX Runtime's default
     batch_session: Any = emb._get_encoder()._session
     assert batch_session.get_session_options().intra_op_num_threads == 0
     with batch_threads(0):  # never fewer than one
-        emb.embed(["x"])
+        emb.embed(["x", "y"])
     assert used[-1] == 1
     monkeypatch.setenv("SKB_ONNX_THREADS", "2")
-    pinned = MiniLMEmbedder(max_seq_length=SEQ)
+    pinned = MiniLMEmbedder(max_seq_length=SEQ, batch_size=1)
     with batch_threads(1):
-        pinned.embed(["short stature"])
+        pinned.embed(["short stature", "x"])
     assert pinned._get_encoder()._session.get_session_options().intra_op_num_threads == 2
 
 
