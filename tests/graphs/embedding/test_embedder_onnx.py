@@ -16,7 +16,7 @@ import pytest
 
 from graphs.embedding import onnx_runtime as onnx_embedder
 from graphs.embedding.embedder import MiniLMEmbedder, TorchMiniLMEmbedder, get_embedder, minilm_model_name
-from graphs.embedding.onnx_runtime import QUERY_THREADS, ensure_onnx_model
+from graphs.embedding.onnx_runtime import QUERY_THREADS, ensure_onnx_model, external_data_path
 from graphs.errors import ConfigError
 from graphs.loaders.hpo import default_data_dir
 from tests.paths import REPO
@@ -216,38 +216,55 @@ def model_dir() -> Path:
     return _minilm_path()
 
 
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_cached_model_checksum_recorded_and_damage_rebuilt(tmp_path: Path, model_dir: Path) -> None:
     first = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
-    assert first.rebuilt
+    assert first.rebuilt and first.held is None
     (onnx_file,) = tmp_path.glob("*.onnx")
+    weights_file = external_data_path(onnx_file)
     (sidecar_file,) = tmp_path.glob("*.json")
     sidecar = json.loads(sidecar_file.read_text())
-    digest = hashlib.sha256(onnx_file.read_bytes()).hexdigest()
-    assert sidecar["sha256"] == digest == first.sha256 and sidecar["size"] == onnx_file.stat().st_size
+    # the weights live beside the graph (ONNX Runtime maps them: processes share their pages)
+    assert weights_file.stat().st_size > 50 * onnx_file.stat().st_size
+    assert sidecar["files"]["graph"]["sha256"] == _sha(onnx_file) and sidecar["files"]["data"]["sha256"] == _sha(weights_file)
+    assert sidecar["sha256"] == first.sha256
     assert sidecar["source"]["sha256"] == hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert not list(tmp_path.glob(".build-*"))  # the staging directory is gone
 
     again = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
-    assert not again.rebuilt and again.data == first.data
+    assert not again.rebuilt and again.sha256 == first.sha256
 
-    # Damage a weight in place: the stat moves, the checksum is recomputed, the file is rebuilt.
-    data = bytearray(onnx_file.read_bytes())
+    # Damage a weight in place: the stat moves, the checksum is recomputed, the files are rebuilt.
+    digest = _sha(weights_file)
+    data = bytearray(weights_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    onnx_file.write_bytes(bytes(data))
+    weights_file.write_bytes(bytes(data))
     repaired = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
-    assert repaired.rebuilt and repaired.sha256 == digest
-    assert hashlib.sha256(onnx_file.read_bytes()).hexdigest() == digest
+    assert repaired.rebuilt and repaired.sha256 == first.sha256 and _sha(weights_file) == digest
+
+    # A lost weights file, or a model cached as one file by an earlier version: rebuilt into the pair.
+    weights_file.unlink()
+    assert ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path).rebuilt and _sha(weights_file) == digest
+    sidecar = json.loads(sidecar_file.read_text())
+    sidecar["format"] = 1
+    sidecar_file.write_text(json.dumps(sidecar))
+    assert ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path).rebuilt
 
 
 def test_damage_hidden_from_stat_is_caught_by_full_check(tmp_path: Path, model_dir: Path) -> None:
     ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
     (onnx_file,) = tmp_path.glob("*.onnx")
-    st = onnx_file.stat()
-    with onnx_file.open("r+b") as handle:  # same inode, same size ...
+    weights_file = external_data_path(onnx_file)
+    st = weights_file.stat()
+    with weights_file.open("r+b") as handle:  # same inode, same size ...
         handle.seek(st.st_size // 3)
         byte = handle.read(1)
         handle.seek(st.st_size // 3)
         handle.write(bytes([byte[0] ^ 0xFF]))
-    os.utime(onnx_file, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the old mtime
+    os.utime(weights_file, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the old mtime
     assert not ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path).rebuilt  # the cheap check trusts the stat
     assert ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path, full_check=True).rebuilt
 
