@@ -163,9 +163,9 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
 
     def matrix(name: str, kind: type[sparse.csr_matrix | sparse.csc_matrix], shape: tuple[int, int]) -> Any:
         parts = (
-            np.array(arrays[f"{tag}.{name}.data"]),
-            np.array(arrays[f"{tag}.{name}.indices"]),
-            np.array(arrays[f"{tag}.{name}.indptr"]),
+            np.asarray(arrays[f"{tag}.{name}.data"]),
+            np.asarray(arrays[f"{tag}.{name}.indices"]),
+            np.asarray(arrays[f"{tag}.{name}.indptr"]),
         )
         return kind(parts, shape=shape)
 
