@@ -79,13 +79,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy", type=Path, required=True, help="work directory: the index and its cache are copied here")
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--counts", help="EDITED,DELETED,ADDED nodes instead of 60 / 20 / 20 %% of --nodes")
     args = parser.parse_args(argv)
+    counts: tuple[int, int, int] | None = None
+    if args.counts:
+        parts = [int(x) for x in args.counts.split(",")]
+        if len(parts) != 3:
+            parser.error("--counts takes three numbers: EDITED,DELETED,ADDED")
+        counts = (parts[0], parts[1], parts[2])
     if args.copy.exists():
         shutil.rmtree(args.copy)
     index = args.copy / "index"
     copy_index(args.index, index)
     changes = args.copy / "changes.jsonl"
-    changes.write_text("".join(json.dumps(line) + "\n" for line in change_lines(index, args.nodes, args.seed)))
+    changes.write_text("".join(json.dumps(line) + "\n" for line in change_lines(index, args.nodes, args.seed, counts)))
     load = os.getloadavg()
     started = time.perf_counter()
     summary = update_index(index, read_changes(changes))
