@@ -424,7 +424,10 @@ def ensure_onnx_model(
             verified = _verified(sidecar, model_path, full_check)
             if verified:
                 if sidecar["verified_stat"] != before:
-                    _write_sidecar(sidecar_path, sidecar)
+                    try:  # the stat seen, so the next start does not hash again; a read-only cache still serves
+                        _write_sidecar(sidecar_path, sidecar)
+                    except OSError as exc:
+                        log.info("cannot record the checked model's stat in %s (%s)", sidecar_path, exc)
                 return CachedModel(model_path, str(sidecar["sha256"]), None, rebuilt=False)
             reason = "its weights file is missing" if verified is None else "checksum mismatch"
     log.info("building the ONNX model %s (%s)", model_path, reason)

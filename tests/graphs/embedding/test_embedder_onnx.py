@@ -347,3 +347,18 @@ def test_default_build_is_int8_and_queries_embed_with_the_same_model(hpo_index_d
     # one scale per run, so a text embedded inside a build batch and alone differ slightly (~0.99).
     top_key, top_sim = hpo_bundle.hnsw.search(query, 1)[0]
     assert top_key == key and top_sim > 0.95
+
+
+def test_a_read_only_cache_is_checked_and_used(tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replicas may share a model cache they cannot write: a model whose stat moved is hashed, found good and
+    used, though the stat cannot be recorded."""
+    first = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
+    (onnx_file,) = tmp_path.glob("*.onnx")
+    os.utime(onnx_file, ns=(1, 1))  # the stat moves, the content does not
+
+    def refused(path: Path, record: dict[str, Any]) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(onnx_embedder, "_write_sidecar", refused)
+    again = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
+    assert not again.rebuilt and again.sha256 == first.sha256 and again.held is None
