@@ -230,8 +230,16 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
                 a, b = getattr(got, name), getattr(want, name)
                 assert a.format == b.format and a.shape == b.shape and (a != b).nnz == 0, name
                 assert np.array_equal(a.indices, b.indices) and np.array_equal(a.indptr, b.indptr), name
+            # the orderings a question derives are stored too, and read from the mapped files
+            assert all(k in got.__dict__ for k in ("_size_order", "_by_size", "_by_target"))
+            assert not got._by_size[0].data.flags.writeable and not got._by_target.indices.flags.writeable
+            assert np.array_equal(got._size_order, want._size_order)
+            assert np.array_equal(got._by_size[1], want._by_size[1])
+            assert (got._by_size[0] != want._by_size[0]).nnz == 0 and (got._by_target != want._by_target).nnz == 0
             query = want.terms[: len(want.terms) : 5]
             assert np.array_equal(got.score(query), want.score(query))
+            assert np.array_equal(got.target_to_query([got.term_index[t] for t in query]),
+                                  want.target_to_query([want.term_index[t] for t in query]))
             assert model_for(skb, target, term) is not None
     assert pairs >= 1
 
