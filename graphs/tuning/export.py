@@ -1,7 +1,7 @@
 """Writing a tuned encoder: a model directory the ONNX builder and sentence-transformers both read.
 
 Layout (``<dir>/``): the base model's small files (config, tokenizer, pooling), ``model.safetensors``
-(the tuned weights), ``model.int8.onnx`` (built by :func:`graphs.embedding.onnx_runtime.build_bert_onnx`
+(the tuned weights), ``model.int8.onnx`` (built by :func:`graphs.embedding.onnx_graph.build_bert_onnx`
 and quantized like the shipped model's int8 variant), ``pairs.jsonl`` (every training pair with the node
 keys and fields it came from) and ``encoder.json`` (the sidecar: hashes of the weights and the ONNX graph,
 the tuning settings, the pair counts by kind, the time and memory it took). Every file is written
@@ -74,7 +74,7 @@ def write_tuned_model(
     """Write the model directory (see the module docstring) and return its sidecar record.
 
     ``base_model_name``: the identity of the encoder tuned (the tuned model's name extends it)."""
-    from graphs.embedding.onnx_runtime import GRAPH_VERSION, _build_bytes
+    from graphs.embedding.onnx_graph import GRAPH_VERSION, build_bytes
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ def write_tuned_model(
         raise ConfigError(f"the base encoder at {base_dir} lacks tokenizer.json or config.json -- reinstall it")
     weights = weights_bytes(state_dict)
     atomic_write_bytes(out_dir / WEIGHTS_FILE, weights)
-    onnx = _build_bytes(out_dir, "int8")
+    onnx = build_bytes(out_dir, "int8")
     atomic_write_bytes(out_dir / ONNX_FILE, onnx)
     lines = "".join(json.dumps(p.record(), ensure_ascii=False, sort_keys=True) + "\n" for p in pairs)
     atomic_write_text(out_dir / PAIRS_FILE, lines)
