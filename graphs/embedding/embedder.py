@@ -159,7 +159,7 @@ class MiniLMEmbedder:
         if len(items) <= self.batch_size:
             # One encoder batch runs on the single-query session: the question path embeds a few names or
             # words at a time, and a second session would hold a second copy of the weights and its own
-            # buffers in every process that answers questions (120-160 MB of a serving replica's private
+            # buffers in every process that answers questions (about 60 MB of a serving replica's private
             # memory). The two sessions differ only in threads; a build's large batches keep the batch one.
             return np.asarray(encoder.encode(items, self.batch_size, query=True))
         return _chunked(
