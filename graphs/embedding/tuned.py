@@ -168,7 +168,8 @@ class TunedEmbedder:
         items = [str(t) for t in texts]
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out: np.ndarray = self._get_encoder().encode(items, self.batch_size)
+        # one encoder batch on the single-query session, as MiniLMEmbedder.embed: one session a process that answers
+        out: np.ndarray = self._get_encoder().encode(items, self.batch_size, query=len(items) <= self.batch_size)
         return out
 
     def embed_query(self, text: str) -> np.ndarray:

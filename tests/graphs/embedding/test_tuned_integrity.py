@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from graphs.embedding.cache import CachedEmbedder
@@ -122,3 +123,16 @@ def test_a_build_opens_the_encoder_even_when_every_vector_is_cached(model_dir: P
     with pytest.raises(ConfigError, match="tokenizer"):
         build("second")
     assert not (tmp_path / "second").exists()
+
+
+def test_a_tuned_encoder_answers_on_one_session(shipped_as_tuned: Path) -> None:
+    """As the shipped encoder: a few texts at once run on the single-query session, so a process that answers
+    questions holds one copy of the weights; a larger batch opens the batch session."""
+    embedder = TunedEmbedder(shipped_as_tuned)
+    few = embedder.embed(["Spudger", "pry bar"])
+    encoder = embedder._get_encoder()
+    assert encoder._session is None and encoder._query_session is not None
+    embedder.embed(["Spudger", "pry bar", *(f"tool {i}" for i in range(embedder.batch_size))])
+    assert encoder._session is not None
+    # the same batch on the batch session gives the same vectors (int8 vectors depend on the batch they are in)
+    np.testing.assert_allclose(few, encoder.encode(["Spudger", "pry bar"], embedder.batch_size), atol=1e-6)
