@@ -80,6 +80,7 @@ def test_the_name_vectors_kept_between_questions_are_bounded(hpo_bundle: Any, mo
     for mention in mentions:
         linker._embed(mention, [])
         sizes.append(len(linker._phrase_vecs))
+
     def names_compared(mention: str) -> int:
         hits = hpo_bundle.hnsw.search(hpo_bundle.embedder.embed_query(mention), linker.embedding_candidates, per_label=True)
         return len({p for k, _ in hits for p in linker._phrases(k)})
