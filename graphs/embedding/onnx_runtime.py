@@ -139,8 +139,8 @@ def _write_split(model_path: Path, data: bytes) -> dict[str, dict[str, Any]]:
 
 def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bool | None:
     """True when both files are the ones the sidecar recorded (by their stat, else by sha256; always by sha256
-    with ``full_check``), updating the stat it records after a hash; False when one differs; None when one is
-    missing."""
+    with ``full_check``), updating the stat it records after a hash; False when one differs or cannot be read;
+    None when one is missing."""
     files = _model_files(model_path)
     if not all(f.is_file() for f in files.values()):
         return None
@@ -153,7 +153,11 @@ def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bo
     ):
         return True
     for name, f in files.items():
-        if _sha256_file(f) != (recorded.get(name) or {}).get("sha256"):
+        try:
+            digest = _sha256_file(f)
+        except OSError:  # unreadable (another user's cache, a bad disk): rebuilt, or used from memory
+            return False
+        if digest != (recorded.get(name) or {}).get("sha256"):
             return False
     sidecar["verified_stat"] = stats
     return True

@@ -362,3 +362,24 @@ def test_a_read_only_cache_is_checked_and_used(tmp_path: Path, model_dir: Path, 
     monkeypatch.setattr(onnx_embedder, "_write_sidecar", refused)
     again = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
     assert not again.rebuilt and again.sha256 == first.sha256 and again.held is None
+
+
+def test_an_unreadable_cached_model_is_rebuilt_not_a_crash(tmp_path: Path, model_dir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached file the process may not read (another user's cache) is treated as damaged: the check says so
+    instead of raising, and the model is built again (here used from memory: the same file cannot be read back)."""
+    first = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
+    (onnx_file,) = tmp_path.glob("*.onnx")
+    os.utime(external_data_path(onnx_file), ns=(1, 1))  # the stat moves: the check reads the file
+    real = onnx_embedder._sha256_file
+
+    def unreadable(path: Path) -> str:
+        if path.suffix == ".data":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(onnx_embedder, "_sha256_file", unreadable)
+    sidecar = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert onnx_embedder._verified(sidecar, onnx_file, full_check=False) is False
+    again = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
+    assert again.rebuilt and again.held is not None and again.sha256 == first.sha256
