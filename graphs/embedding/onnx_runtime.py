@@ -41,26 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from graphs.embedding.onnx_graph import (
-    GRAPH_VERSION,
-    OPSET,
-    VARIANTS,
-    WEIGHTS_FILE,
-    BertConfig,
-    build_bert_onnx,
-    build_bytes,
-)
+from graphs.embedding.onnx_graph import GRAPH_VERSION, OPSET, VARIANTS, WEIGHTS_FILE, build_bytes
 from graphs.errors import ConfigError, SKBError
 from graphs.manifest import atomic_write_text
 
-__all__ = [
-    "VARIANTS",
-    "BertConfig",
-    "OnnxBertEncoder",
-    "build_bert_onnx",
-    "ensure_onnx_model",
-    "model_cache_dir",
-]
+__all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path", "model_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +53,6 @@ log = logging.getLogger(__name__)
 SIDECAR_FORMAT = 2
 #: Initializers of at least this many bytes go to the external data file (the graph keeps the small ones).
 EXTERNAL_MIN_BYTES = 1024
-_WEIGHTS_FILE = WEIGHTS_FILE
 _TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -204,9 +188,9 @@ def ensure_onnx_model(
     if variant not in VARIANTS:
         raise ConfigError(f"unknown ONNX model variant {variant!r} -- use one of {', '.join(VARIANTS)}")
     source_dir = Path(source_dir)
-    weights = source_dir / _WEIGHTS_FILE
+    weights = source_dir / WEIGHTS_FILE
     if not weights.is_file():
-        raise ConfigError(f"no {_WEIGHTS_FILE} in {source_dir} -- reinstall the model package")
+        raise ConfigError(f"no {WEIGHTS_FILE} in {source_dir} -- reinstall the model package")
     cache = Path(cache_dir) if cache_dir is not None else model_cache_dir()
     model_path, sidecar_path = _cache_paths(source_dir, variant, cache)
 
