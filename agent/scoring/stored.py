@@ -109,12 +109,20 @@ def precompute_scoring(skb: SKB, state_dir: Path, schema: GraphSchema | None = N
         stored[f"{tag}.targets"] = np.asarray([position[k] for k in model.targets], dtype=np.int32)
         stored[f"{tag}.ic"] = np.asarray(model.ic, dtype=np.float32)
         for name in ("ancestors", "direct", "propagated"):
-            matrix = getattr(model, name)
-            stored[f"{tag}.{name}.data"] = matrix.data
-            stored[f"{tag}.{name}.indices"] = matrix.indices
-            stored[f"{tag}.{name}.indptr"] = matrix.indptr
+            stored.update(_matrix_arrays(f"{tag}.{name}", getattr(model, name)))
         stored.update(_orderings(tag, model))
     write_state(state_dir, SCORING, scoring_digest(skb), {"hierarchies": hierarchies, "models": models}, stored)
+
+
+def _matrix_arrays(prefix: str, matrix: Any) -> dict[str, np.ndarray]:
+    """A sparse matrix's three arrays, as a stored record names them (``_stored_matrix`` reads them back)."""
+    return {f"{prefix}.data": matrix.data, f"{prefix}.indices": matrix.indices, f"{prefix}.indptr": matrix.indptr}
+
+
+def _stored_matrix(arrays: dict[str, np.ndarray], prefix: str, kind: type[sparse.csr_matrix | sparse.csc_matrix],
+                   shape: tuple[int, int]) -> Any:  # fmt: skip
+    """The matrix ``_matrix_arrays`` stored under ``prefix``, on the mapped arrays themselves (no copy)."""
+    return kind((arrays[f"{prefix}.data"], arrays[f"{prefix}.indices"], arrays[f"{prefix}.indptr"]), shape=shape)
 
 
 def _orderings(tag: str, model: AnnotationModel) -> dict[str, np.ndarray]:
@@ -122,13 +130,9 @@ def _orderings(tag: str, model: AnnotationModel) -> dict[str, np.ndarray]:
     ``_size_order``), stored beside its matrices. Why: derived in each process that answers, they are its own
     memory (about 40 MB on HPO); stored, every process maps the same pages."""
     by_size, flat = model._by_size
-    by_target = model._by_target
     return {
-        f"{tag}.size_order": np.asarray(model._size_order),
-        f"{tag}.by_size.data": by_size.data, f"{tag}.by_size.indices": by_size.indices,
-        f"{tag}.by_size.indptr": by_size.indptr, f"{tag}.by_size.flat": flat,
-        f"{tag}.by_target.data": by_target.data, f"{tag}.by_target.indices": by_target.indices,
-        f"{tag}.by_target.indptr": by_target.indptr,
+        f"{tag}.size_order": np.asarray(model._size_order), f"{tag}.by_size.flat": flat,
+        **_matrix_arrays(f"{tag}.by_size", by_size), **_matrix_arrays(f"{tag}.by_target", model._by_target),
     }  # fmt: skip
 
 
@@ -138,11 +142,9 @@ def _adopt_orderings(model: AnnotationModel, tag: str, arrays: dict[str, np.ndar
     if f"{tag}.size_order" not in arrays:
         return
     shape = model.propagated.shape
-    by_size = sparse.csc_matrix((arrays[f"{tag}.by_size.data"], arrays[f"{tag}.by_size.indices"],
-                                 arrays[f"{tag}.by_size.indptr"]), shape=shape)  # fmt: skip
+    by_size = _stored_matrix(arrays, f"{tag}.by_size", sparse.csc_matrix, shape)
     by_size.has_sorted_indices = True
-    by_target = sparse.csr_matrix((arrays[f"{tag}.by_target.data"], arrays[f"{tag}.by_target.indices"],
-                                   arrays[f"{tag}.by_target.indptr"]), shape=shape)  # fmt: skip
+    by_target = _stored_matrix(arrays, f"{tag}.by_target", sparse.csr_matrix, shape)
     model.__dict__.update({"_size_order": arrays[f"{tag}.size_order"], "_by_target": by_target,
                            "_by_size": (by_size, arrays[f"{tag}.by_size.flat"])})  # fmt: skip
 
@@ -192,22 +194,14 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
     targets = tuple(keys[i] for i in arrays[f"{tag}.targets"].tolist())
     shape_tt = (len(targets), len(terms))
 
-    def matrix(name: str, kind: type[sparse.csr_matrix | sparse.csc_matrix], shape: tuple[int, int]) -> Any:
-        parts = (
-            np.asarray(arrays[f"{tag}.{name}.data"]),
-            np.asarray(arrays[f"{tag}.{name}.indices"]),
-            np.asarray(arrays[f"{tag}.{name}.indptr"]),
-        )
-        return kind(parts, shape=shape)
-
     model = AnnotationModel(
         terms=terms,
         term_index={k: i for i, k in enumerate(terms)},
         targets=targets,
         target_index={k: i for i, k in enumerate(targets)},
-        ancestors=matrix("ancestors", sparse.csr_matrix, (len(terms), len(terms))),
-        direct=matrix("direct", sparse.csr_matrix, shape_tt),
-        propagated=matrix("propagated", sparse.csc_matrix, shape_tt),
+        ancestors=_stored_matrix(arrays, f"{tag}.ancestors", sparse.csr_matrix, (len(terms), len(terms))),
+        direct=_stored_matrix(arrays, f"{tag}.direct", sparse.csr_matrix, shape_tt),
+        propagated=_stored_matrix(arrays, f"{tag}.propagated", sparse.csc_matrix, shape_tt),
         ic=np.array(arrays[f"{tag}.ic"], dtype=np.float32),
         max_ic=float(spec["max_ic"]),
         hierarchy=hierarchy if has else None,
