@@ -83,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts: tuple[int, int, int] | None = None
     if args.counts:
-        parts = [int(x) for x in args.counts.split(",")]
-        if len(parts) != 3:
-            parser.error("--counts takes three numbers: EDITED,DELETED,ADDED")
+        try:
+            parts = [int(x) for x in args.counts.split(",")]
+        except ValueError:
+            parts = []
+        if len(parts) != 3 or min(parts) < 0:
+            parser.error(f"--counts takes three whole numbers, EDITED,DELETED,ADDED; got {args.counts!r}")
         counts = (parts[0], parts[1], parts[2])
     if args.copy.exists():
         shutil.rmtree(args.copy)
