@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned resolve pulls the multi-GB CUDA build
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	$(BIN)/python -m pip install -q -e '.[test,ray,mapped]'
 	touch $(STAMP)
 
 install: $(STAMP)

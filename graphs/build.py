@@ -62,6 +62,9 @@ class IndexConfig(BaseModel):
     hnsw_global_graph: bool | None = None
     """Also build one HNSW graph of all nodes beside the per-label graphs; None: where it pays
     (``graphs.index.hnsw_params.wants_global_graph``: more than one label and up to 200,000 nodes, or many labels)."""
+    hnsw_mapped: bool = False
+    """Build the HNSW and phrase graphs to be searched from memory-mapped files (``graphs.index.ann``, needs
+    ``skb-agent[mapped]``): serving processes on one machine share them instead of each reading its own copy."""
     embed_batch: int = 512
     cache_dir: Path | None = None
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
@@ -222,7 +225,7 @@ def build_index(
         timings["texts"] = time.perf_counter() - t0
 
         params = sized_params(len(keys), M=config.hnsw_m, ef_construction=config.hnsw_ef_construction,
-                              ef=config.hnsw_ef, global_graph=config.hnsw_global_graph)
+                              ef=config.hnsw_ef, global_graph=config.hnsw_global_graph, mapped=config.hnsw_mapped)
         files: dict[str, str] = {}
         missing: list[str] = []
         batch = max(1, config.embed_batch)
@@ -302,7 +305,8 @@ def build_index(
         batch_embedder, chunk = engine.batch_embedder(embedder, spec, batch)
         if config.stage != "core":  # graphs.update's engine patches the parent generation's phrase index instead
             phrase_stage = getattr(engine, "phrase_index", None) or build_phrase_index
-            phrases = phrase_stage(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t))
+            phrases = phrase_stage(skb, batch_embedder, batch=chunk, progress=lambda d, t: report("phrases", d, t),
+                                   mapped=params.mapped)
         if phrases is not None:
             for rel, digest in phrases.save(tmp / PHRASE_DIR).items():
                 files[f"{PHRASE_DIR}/{rel}"] = digest

@@ -245,6 +245,9 @@ class HNSWParams(BaseModel):
     global_graph: bool | None = None
     """Whether the index also holds one graph of all its nodes beside the per-label graphs; None: where it pays
     (``graphs.index.hnsw_params.wants_global_graph``). A sharded build always makes one per shard."""
+    mapped: bool = False
+    """Build the graphs with USearch, searched from their memory-mapped files, so that processes on one machine
+    share them (``graphs.index.ann``); False: hnswlib, read into each process's memory, about twice as fast."""
 
 
 class Counts(BaseModel):

@@ -110,6 +110,11 @@ def index_command(
         int | None, typer.Option(min=1, help="HNSW shards searched together at query time [default: 1; with "
                                              "--engine ray the cluster's CPUs]")
     ] = None,
+    mapped_graphs: Annotated[
+        bool, typer.Option(help="build the vector graphs to be searched from memory-mapped files, shared by the "
+                                "serving processes of one machine (about twice the time a search; needs "
+                                "skb-agent[mapped])")
+    ] = False,
 ) -> None:
     """Build (or reuse) an index: SKB, embeddings, HNSW, BM25, similarity edges, graph store."""
     from graphs.build import IndexConfig, SimilarityConfig
@@ -150,6 +155,7 @@ def index_command(
             similarity=SimilarityConfig(percentile=similarity_percentile, logic=similarity_logic),  # type: ignore[arg-type]
             stage=stage,  # type: ignore[arg-type]
             tune_encoder=_tune_config(tune_steps, tune_batch, tune_seed) if tune_encoder else None,
+            hnsw_mapped=mapped_graphs,
         )
         check_target(index_dir)  # before loading anything: a directory that is not an index is refused untouched
         if source is not None:
@@ -347,8 +353,9 @@ def _fingerprint(dataset: str, data: Path | None, config: object) -> str:
 
     settings = config.model_dump(mode="json")  # type: ignore[attr-defined]
     settings.pop("stage", None)  # not an input: indexes built before stages existed keep their fingerprint
-    if settings.get("tune_encoder") is None:  # indexes built before encoder tuning existed keep theirs too
-        settings.pop("tune_encoder", None)
+    for name in ("tune_encoder", "hnsw_mapped"):  # indexes built before these settings existed keep theirs too
+        if not settings.get(name):
+            settings.pop(name, None)
     parts = [dataset, str(data.resolve()) if data else "", json.dumps(settings, sort_keys=True)]
     if data and data.exists():
         for path in sorted(data.rglob("*") if data.is_dir() else [data]):

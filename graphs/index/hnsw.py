@@ -1,4 +1,5 @@
-"""Approximate nearest-neighbour search over node embeddings (hnswlib, cosine).
+"""Approximate nearest-neighbour search over node embeddings (cosine HNSW graphs of hnswlib or USearch:
+``graphs.index.ann``).
 
 Why one index per label as well as a global one: filtering a global HNSW graph to
 a rare label (hnswlib's ``filter=``) walks most of the graph and loses recall when
@@ -23,15 +24,15 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
-import hnswlib
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
+from graphs.index.ann import ANNGraph
 from graphs.index.hnsw_files import (
     FORMAT,
     GLOBAL_FILE,
@@ -66,9 +67,9 @@ def _num_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-Opener = Callable[[], hnswlib.Index]
+Opener = Callable[[], ANNGraph]
 """Opens one saved HNSW graph on first use (``HNSWIndex.load`` opens none up front)."""
-Source: TypeAlias = hnswlib.Index | Opener
+Source: TypeAlias = ANNGraph | Opener
 ShardSources: TypeAlias = tuple[list[Source], dict[str, list[Source | None]]]
 """A sharded index's graphs: the global graph of each shard, and per label each shard's graph (None where
 the shard holds no node of the label)."""
@@ -87,8 +88,8 @@ class HNSWIndex:
         labels: list[str],
         dim: int,
         params: HNSWParams,
-        global_index: hnswlib.Index | Opener | None,
-        label_indexes: dict[str, hnswlib.Index | Opener],
+        global_index: ANNGraph | Opener | None,
+        label_indexes: Mapping[str, ANNGraph | Opener],
         *,
         vectors: np.ndarray | None = None,
         shards: tuple[list[tuple[int, int]], ShardSources] | None = None,
@@ -103,7 +104,7 @@ class HNSWIndex:
         self.params = params
         self._global_src = global_index
         self._label_src = label_indexes
-        self._opened: dict[tuple[str | None, int], hnswlib.Index] = {}
+        self._opened: dict[tuple[str | None, int], ANNGraph] = {}
         self.shard_ranges, (self._shard_global, self._shard_label) = shards or ([(0, len(keys))], ([], {}))
         if (len(self.shard_ranges) > 1 or global_index is None) and vectors is None and keys:
             raise ConfigError("a sharded HNSW index, or one without its global graph, needs its vectors "
@@ -132,7 +133,7 @@ class HNSWIndex:
         """Whether the index holds the global graph (see ``wants_global_graph``)."""
         return self._global_src is not None
 
-    def _graph(self, label: str | None, shard: int = 0) -> hnswlib.Index:
+    def _graph(self, label: str | None, shard: int = 0) -> ANNGraph:
         """The global (``None``) or a label's graph (of one shard), opened on first use with the current ef."""
         index = self._opened.get((label, shard))
         if index is not None:
@@ -148,9 +149,9 @@ class HNSWIndex:
                     if src is None:
                         raise ConfigError("this HNSW index was built without its global graph: search it without "
                                           "a label (the label graphs merged) or by label")
-                index = src if isinstance(src, hnswlib.Index) else src()
-                index.set_ef(self.params.ef)
-                self._opened[(label, shard)] = index
+                graph = cast("Opener", src)() if _is_opener(src) else cast("ANNGraph", src)
+                graph.set_ef(self.params.ef)
+                self._opened[(label, shard)] = index = graph
         return index
 
     # -- construction -------------------------------------------------------------
@@ -198,7 +199,7 @@ class HNSWIndex:
         vectors: np.ndarray,
         params: HNSWParams,
         ranges: list[tuple[int, int]],
-        built: Sequence[tuple[Source, dict[str, Source]]],
+        built: Sequence[tuple[Source, Mapping[str, Source]]],
     ) -> HNSWIndex:
         """A sharded index from each range's (global graph, {label: graph})."""
         names = sorted(set(labels))
@@ -234,11 +235,11 @@ class HNSWIndex:
             for index in self._opened.values():
                 index.set_ef(ef)
 
-    def graph(self, label: str | None) -> hnswlib.Index:
+    def graph(self, label: str | None) -> ANNGraph:
         """The global (``None``) or one label's graph of an unsharded index, opened if it was not."""
         return self._graph(label)
 
-    def _index_for(self, label: str | None) -> tuple[hnswlib.Index | None, int]:
+    def _index_for(self, label: str | None) -> tuple[ANNGraph | None, int]:
         if label is None:
             return self._graph(None), len(self.keys)
         if label not in self._label_src:
@@ -515,8 +516,8 @@ class HNSWIndex:
             raise IndexCorruptError(f"{meta_path} names no global graph, but its index lacks vectors.npy or a label "
                                     "graph -- rebuild the index with `skb index`")
         global_index = (None if global_name is None
-                        else cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0)))
-        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0) + deleted.get(name, 0))
+                        else cls._opener(dir / global_name, dim, len(keys) + deleted.get(global_name, 0), params.mapped))
+        by_label = {label: cls._opener(dir / name, dim, counts.get(label, 0) + deleted.get(name, 0), params.mapped)
                     for label, name in label_files.items()}
         loaded = cls(keys, labels, dim, params, global_index, by_label, vectors=vectors)
         loaded.deleted = deleted
@@ -552,11 +553,12 @@ class HNSWIndex:
             for name in [gname, *files.values()]:
                 if not (dir / name).is_file():
                     raise IndexCorruptError(f"HNSW file {dir / name} is missing -- rebuild the index with `skb index`")
-            glob.append(cls._opener(dir / gname, dim, end - start))
+            glob.append(cls._opener(dir / gname, dim, end - start, params.mapped))
             part = label_arr[start:end]
             for lab in names:
                 rel = files.get(lab)
-                per_label[lab].append(None if rel is None else cls._opener(dir / rel, dim, int((part == lab).sum())))
+                per_label[lab].append(None if rel is None
+                                      else cls._opener(dir / rel, dim, int((part == lab).sum()), params.mapped))
         vectors = map_vectors(dir, len(keys), dim)
         if vectors is None:
             raise IndexCorruptError(f"{dir / VECTORS_FILE} is missing -- rebuild the index with `skb index`")
@@ -564,5 +566,10 @@ class HNSWIndex:
                    shards=(ranges, (glob, per_label)))
 
     @classmethod
-    def _opener(cls, path: Path, dim: int, expected: int) -> Opener:
-        return lambda: open_graph(path, dim, expected)
+    def _opener(cls, path: Path, dim: int, expected: int, mapped: bool = False) -> Opener:
+        return lambda: open_graph(path, dim, expected, mapped=mapped)
+
+
+def _is_opener(src: object) -> bool:
+    """A graph's opener (a function), not a graph: neither library's graph is callable."""
+    return callable(src)

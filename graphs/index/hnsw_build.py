@@ -53,8 +53,9 @@ def build_saved(
             rows = np.flatnonzero(label_arr == label)
             stored[rows] = graph_vectors(graph, rows)
         del graph  # before the next graph is built
-    whole = HNSWIndex._opener(out / GLOBAL_FILE, dim, n) if with_global else None
+    whole = HNSWIndex._opener(out / GLOBAL_FILE, dim, n, params.mapped) if with_global else None
     index = HNSWIndex(list(keys), list(labels), dim, params, whole,
-                      {label: HNSWIndex._opener(out / name, dim, int(counts[label])) for label, name in names.items()},
+                      {label: HNSWIndex._opener(out / name, dim, int(counts[label]), params.mapped)
+                       for label, name in names.items()},
                       vectors=stored)
     return index, files | index.write_table(out)

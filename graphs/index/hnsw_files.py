@@ -12,10 +12,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import hnswlib
 import numpy as np
 
 from graphs.errors import IndexCorruptError
+from graphs.index.ann import ANNGraph, load_graph
 from graphs.index.hnsw_shards import shard_dir
 from graphs.manifest import HNSWParams, atomic_write_bytes, atomic_write_json, fsync_dir, sha256_file
 
@@ -54,15 +54,12 @@ def map_vectors(dir: Path, n: int, dim: int) -> np.ndarray | None:
     return arr
 
 
-def open_graph(path: Path, dim: int, expected: int) -> hnswlib.Index:
-    """One saved graph read into memory, checked to hold ``expected`` elements."""
+def open_graph(path: Path, dim: int, expected: int, *, mapped: bool = False) -> ANNGraph:
+    """One saved graph, read into memory or mapped (``mapped``: ``graphs.index.ann``), checked to hold
+    ``expected`` elements."""
     if not path.is_file():
         raise IndexCorruptError(f"HNSW file {path} is missing -- rebuild the index with `skb index`")
-    index = hnswlib.Index(space="cosine", dim=dim)
-    try:
-        index.load_index(str(path), max_elements=0)
-    except RuntimeError as exc:
-        raise IndexCorruptError(f"HNSW file {path} cannot be read ({exc}) -- rebuild with `skb index`") from exc
+    index = load_graph(path, dim, mapped=mapped)
     if index.get_current_count() != expected:
         raise IndexCorruptError(
             f"HNSW file {path} holds {index.get_current_count()} vectors but the id table says {expected} "

@@ -43,7 +43,7 @@ LARGE_EF = 256
 
 
 def sized_params(nodes: int, *, M: int, ef_construction: int | None, ef: int | None,
-                 global_graph: bool | None = None) -> HNSWParams:
+                 global_graph: bool | None = None, mapped: bool = False) -> HNSWParams:
     """The parameters an index of ``nodes`` nodes is built with: ``ef_construction`` and ``ef`` as given, and where
     None, the defaults for its size (see the module docstring)."""
     large = nodes > LARGE_INDEX
@@ -53,6 +53,7 @@ def sized_params(nodes: int, *, M: int, ef_construction: int | None, ef: int | N
         ef_construction=ef_construction or (LARGE_EF_CONSTRUCTION if large else default.ef_construction),
         ef=ef or (LARGE_EF if large else default.ef),
         global_graph=global_graph,
+        mapped=mapped,
     )
 
 

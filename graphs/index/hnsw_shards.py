@@ -16,16 +16,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
-import hnswlib
 import numpy as np
 
 from graphs.errors import ConfigError
+from graphs.index.ann import ANNGraph, new_graph
 from graphs.manifest import HNSWParams, fsync_file, sha256_file, temp_path_for
 
 __all__ = ["ShardGraphs", "build_shard", "checked_rows", "graph_vectors", "merge_topk", "new_graph", "save_graph", "save_shard", "shard_dir",
            "shard_graphs", "shard_ranges"]
 
-ShardGraphs: TypeAlias = tuple[hnswlib.Index, dict[str, hnswlib.Index]]
+ShardGraphs: TypeAlias = tuple[ANNGraph, dict[str, ANNGraph]]
 """One shard's global graph and its per-label graphs (labels present in the shard only)."""
 
 
@@ -38,12 +38,6 @@ def shard_ranges(n: int, shards: int) -> list[tuple[int, int]]:
 
 def shard_dir(shard: int) -> str:
     return f"shard-{shard:03d}"
-
-
-def new_graph(dim: int, size: int, params: HNSWParams, seed: int) -> hnswlib.Index:
-    index = hnswlib.Index(space="cosine", dim=dim)
-    index.init_index(max_elements=max(size, 1), ef_construction=params.ef_construction, M=params.M, random_seed=seed)
-    return index
 
 
 def checked_rows(keys: Sequence[str], labels: Sequence[str], vectors: np.ndarray) -> np.ndarray:
@@ -68,7 +62,7 @@ def checked_rows(keys: Sequence[str], labels: Sequence[str], vectors: np.ndarray
 def shard_graphs(
     vectors: np.ndarray, labels: Sequence[str], start: int, end: int, params: HNSWParams, seed: int, threads: int,
     *, global_graph: bool = True,
-) -> Iterator[tuple[str | None, hnswlib.Index]]:
+) -> Iterator[tuple[str | None, ANNGraph]]:
     """The graphs of rows ``start..end`` of ``vectors`` (all rows of the index), with global ids, one at a time:
     the global graph (``None``; unless ``global_graph`` is false), then each label's in name order. A caller that
     saves and drops each before asking for the next holds one graph in memory, not all of them."""
@@ -98,7 +92,7 @@ def build_shard(
     return global_graph, {label: graph for label, graph in built.items() if label is not None}
 
 
-def graph_vectors(graph: hnswlib.Index, ids: Sequence[int] | np.ndarray, chunk: int = 16384) -> np.ndarray:
+def graph_vectors(graph: ANNGraph, ids: Sequence[int] | np.ndarray, chunk: int = 16384) -> np.ndarray:
     """The vectors ``graph`` holds for ``ids`` (normalised, as a cosine graph stores them), read ``chunk`` at a time.
 
     Why in chunks: hnswlib hands its items over as one Python list of float lists before numpy sees them, about
@@ -111,8 +105,8 @@ def graph_vectors(graph: hnswlib.Index, ids: Sequence[int] | np.ndarray, chunk: 
     return out
 
 
-def save_graph(graph: hnswlib.Index, target: Path) -> str:
-    """Write one hnswlib graph atomically; returns its sha256."""
+def save_graph(graph: ANNGraph, target: Path) -> str:
+    """Write one graph atomically; returns its sha256."""
     tmp = temp_path_for(target)
     try:
         graph.save_index(str(tmp))

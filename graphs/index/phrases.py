@@ -12,8 +12,9 @@ classes; an SKB whose profile names no vocabulary gets no artifact, and an index
 it keeps working with clause linking against definitions switched off.
 
 Files (``phrases/`` in the index, each listed with its sha256 in the manifest):
-``phrases.bin`` (an hnswlib inner-product graph over the L2-normalised phrase vectors, ids = rows)
-and ``entries.json`` (node key and kind per row). Why a graph and not a dot product: an exact
+``phrases.bin`` (an inner-product graph over the L2-normalised phrase vectors, ids = rows: hnswlib's, or
+USearch's in an index built with mapped graphs, ``graphs.index.ann``) and ``entries.json`` (node key and kind per
+row). Why a graph and not a dot product: an exact
 scan of ~60k x 384 vectors costs 10-60 ms per question on a shared CPU; the graph answers a
 clause in well under a millisecond with the same top candidates.
 """
@@ -133,12 +134,15 @@ def node_phrases(skb: SKB, key: str) -> list[tuple[PhraseKind, str]]:
 
 
 class PhraseIndex:
-    """An hnswlib graph over phrase vectors, with the node key and kind of each row."""
+    """A graph over phrase vectors (hnswlib's, or USearch's where ``mapped``), with the node key and kind of each
+    row."""
 
-    def __init__(self, graph: Any, keys: list[str], kinds: list[PhraseKind]) -> None:
+    def __init__(self, graph: Any, keys: list[str], kinds: list[PhraseKind], *, mapped: bool = False) -> None:
         self.graph = graph
         self.keys = keys
         self.kinds = kinds
+        #: The graph is USearch's, searched from its memory-mapped file once saved (``graphs.index.ann``).
+        self.mapped = mapped
         #: Rows a search can return: a row whose key is "" is marked deleted in the graph (``graphs.update``).
         self.live = sum(1 for key in keys if key)
 
@@ -202,13 +206,14 @@ class PhraseIndex:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        atomic_write_json(directory / ENTRIES_FILE, {"keys": self.keys, "kinds": self.kinds}, indent=None)
+        entries: dict[str, Any] = {"keys": self.keys, "kinds": self.kinds, **({"mapped": True} if self.mapped else {})}
+        atomic_write_json(directory / ENTRIES_FILE, entries, indent=None)
         return {name: sha256_file(directory / name) for name in (GRAPH_FILE, ENTRIES_FILE)}
 
     @classmethod
     def load(cls, directory: Path, dim: int, checksums: dict[str, str] | None = None) -> PhraseIndex:
         """Read the artifact, checking each file against the manifest's digest when given."""
-        import hnswlib
+        from graphs.index.ann import load_graph
 
         for name in (GRAPH_FILE, ENTRIES_FILE):
             path = directory / name
@@ -219,38 +224,43 @@ class PhraseIndex:
                     f"`skb index --force --index-dir {directory.parent}`"
                 )
         raw = json.loads((directory / ENTRIES_FILE).read_text(encoding="utf-8"))
-        keys, kinds = list(raw["keys"]), list(raw["kinds"])
-        graph = hnswlib.Index(space="ip", dim=dim)
-        graph.load_index(str(directory / GRAPH_FILE), max_elements=len(keys))
-        if graph.get_current_count() != len(keys) or len(kinds) != len(keys):
+        keys, kinds, mapped = list(raw["keys"]), list(raw["kinds"]), bool(raw.get("mapped", False))
+        graph = load_graph(directory / GRAPH_FILE, dim, mapped=mapped, space="ip", max_elements=len(keys))
+        # a mapped graph counts its live rows; hnswlib's counts the rows marked deleted (blank keys) too
+        count = sum(1 for key in keys if key) if mapped else len(keys)
+        if graph.get_current_count() != count or len(kinds) != len(keys):
             raise IndexCorruptError(
                 f"{directory} holds {graph.get_current_count()} vectors for {len(keys)} phrases; rebuild the "
                 f"index with `skb index --force --index-dir {directory.parent}`"
             )
         graph.set_ef(HNSW_EF)
         graph.set_num_threads(1)
-        return cls(graph, keys, kinds)
+        return cls(graph, keys, kinds, mapped=mapped)
 
 
 def build_phrase_index(
-    skb: SKB, embedder: Embedder, *, batch: int = 512, progress: Callable[[int, int], None] | None = None
+    skb: SKB, embedder: Embedder, *, batch: int = 512, progress: Callable[[int, int], None] | None = None,
+    mapped: bool = False,
 ) -> PhraseIndex | None:
-    """Embed every vocabulary phrase (None when the profile names no vocabulary labels)."""
+    """Embed every vocabulary phrase (None when the profile names no vocabulary labels); ``mapped``: a USearch
+    graph, searched from its memory-mapped file once saved (``graphs.index.ann``)."""
     entries = list(phrase_entries(skb))
     if not entries:
         return None
     from graphs.embedding.embedder import embed_all
 
     vectors = embed_all(embedder, [text for _, _, text in entries], chunk=batch, progress=progress)
-    return PhraseIndex(graph_of(vectors), [k for k, _, _ in entries], [kind for _, kind, _ in entries])
+    return PhraseIndex(graph_of(vectors, mapped=mapped), [k for k, _, _ in entries],
+                       [kind for _, kind, _ in entries], mapped=mapped)
 
 
-def graph_of(vectors: np.ndarray) -> Any:
-    """An hnswlib inner-product graph over unit vectors, ids = row numbers."""
-    import hnswlib
+def graph_of(vectors: np.ndarray, *, mapped: bool = False) -> Any:
+    """An inner-product graph over unit vectors, ids = row numbers (USearch's where ``mapped``, else hnswlib's)."""
+    from graphs.index.ann import new_graph
+    from graphs.manifest import HNSWParams
 
-    graph = hnswlib.Index(space="ip", dim=int(vectors.shape[1]))
-    graph.init_index(max_elements=max(1, len(vectors)), M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, random_seed=0)
+    params = HNSWParams(M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, ef=HNSW_EF, mapped=mapped)
+    graph = new_graph(int(vectors.shape[1]), len(vectors), params, 0, space="ip")
     graph.add_items(vectors, np.arange(len(vectors)))
     graph.set_ef(HNSW_EF)
     return graph

@@ -142,7 +142,7 @@ class PatchEngine:
         return self.local.bm25(keys, labels, texts)
 
     def phrase_index(self, skb: SKB, embedder: Embedder, *, batch: int = 512,
-                     progress: Callable[[int, int], None] | None = None) -> PhraseIndex | None:
+                     progress: Callable[[int, int], None] | None = None, mapped: bool = False) -> PhraseIndex | None:
         """The phrase stage of ``graphs.build``: the parent's phrase index patched, else built."""
         from graphs.index.phrases import build_phrase_index
         from graphs.update.phrase_patch import patch_phrases
@@ -150,7 +150,8 @@ class PatchEngine:
         patched = patch_phrases(self.parent_phrases, skb, self.changed, embedder, batch=batch, progress=progress,
                                 parent_skb=self.parent_skb)
         self.phrases_patched = patched is not None
-        return patched if patched is not None else build_phrase_index(skb, embedder, batch=batch, progress=progress)
+        return patched if patched is not None else build_phrase_index(skb, embedder, batch=batch, progress=progress,
+                                                                      mapped=mapped)
 
     def graph_store(self, skb: SKB, data_dir: Path, *, progress: Callable[[int, int], None] | None = None) -> bool:
         """The store stage of ``graphs.build``: the parent's FalkorDB dump patched (``patch_store``); False: load it."""

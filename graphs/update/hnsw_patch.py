@@ -124,7 +124,8 @@ def _patch_one(
                 graph.add_items(vectors[adds], slot_of[adds], num_threads=threads)
             report.written[label] = len(adds)
             report.deleted[label] = len(gone)
-            return graph, left
+            # counted after: a mapped graph (``graphs.index.ann``) reuses a deleted slot and counts none
+            return graph, graph.get_current_count() - len(rows)
     graph = new_graph(dim, len(rows), params, _SEED)
     graph.add_items(vectors[rows], slot_of[rows], num_threads=threads)
     report.rebuilt.append(label)

@@ -52,4 +52,4 @@ def patch_phrases(
         graph.add_items(np.ascontiguousarray(vectors, dtype=np.float32), np.arange(start, start + len(entries)))
         keys += [key for key, _, _ in entries]
         kinds += [kind for _, kind, _ in entries]
-    return PhraseIndex(graph, keys, kinds)
+    return PhraseIndex(graph, keys, kinds, mapped=parent.mapped)
