@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from agent.linking.lexicon import normalise
 from agent.linking.settings import ClauseSettings
@@ -30,9 +30,8 @@ class Quote:
     end: int
 
 
-@dataclass
 class DefinitionTable:
-    """The vocabulary's definition sentences as normalised token tuples, each with the nodes it defines.
+    """The vocabulary's definition sentences, normalised, each with the nodes it defines.
 
     Why: a clause that describes a term often quotes its definition, whole or cut short at a comma
     ("a small appliance that browns slices of bread, ..."). The linker then needs no embedding: the
@@ -40,18 +39,23 @@ class DefinitionTable:
     stored with frame words trimmed at both edges, since the linker trims them from clauses ("a small
     appliance ..." and "small appliance ..." match alike), and sorted, so every sentence a clause
     begins is one ``bisect`` away.
+
+    Why each sentence is one string (its tokens joined by a space) and not a tuple of tokens: a tuple holds
+    a string object per token, about 20 MB on HPO's 20,000 sentences in every process that links a clause;
+    one string a sentence is the stored form itself. The order is the tuples' order, since a normalised token
+    (``agent.linking.lexicon.normalise``: letters and digits) holds no character that sorts before the space,
+    and a sentence begins with a clause's tokens where its string equals their string or continues it with a
+    space.
     """
 
-    sentences: list[tuple[str, ...]]
-    """Sorted, distinct."""
-    keys: list[tuple[str, ...]]
-    """The node keys each sentence defines (a sentence several terms share lists them all)."""
-    _row: dict[tuple[str, ...], int] = field(init=False, repr=False)
-    _lengths: list[int] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._row = {toks: i for i, toks in enumerate(self.sentences)}
-        self._lengths = sorted({len(toks) for toks in self.sentences}, reverse=True)
+    def __init__(self, sentences: Sequence[str] | Sequence[tuple[str, ...]],
+                 keys: Sequence[tuple[str, ...]]) -> None:
+        """``sentences``: sorted and distinct, as token tuples or joined strings; ``keys``: the node keys each
+        sentence defines (a sentence several terms share lists them all)."""
+        self.sentences: Sequence[str] = [s if isinstance(s, str) else " ".join(s) for s in sentences]
+        self.keys = keys
+        self._row = {text: i for i, text in enumerate(self.sentences)}
+        self._lengths = sorted({text.count(" ") + 1 for text in self.sentences}, reverse=True)
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -71,22 +75,24 @@ class DefinitionTable:
             return None
         best_cover, rows, where = 0, [], (0, 0)
         skipped = 0
+        sentences = self.sentences
         for start in range(len(tokens)):
             if content - skipped < need:
                 break  # the content words left can no longer cover enough
-            tail = tuple(tokens[start:])
-            lo = hi = bisect.bisect_left(self.sentences, tail)
-            while hi < len(self.sentences) and self.sentences[hi][: len(tail)] == tail:
+            tail = " ".join(tokens[start:])
+            more = tail + " "
+            lo = hi = bisect.bisect_left(sentences, tail)
+            while hi < len(sentences) and (sentences[hi] == tail or sentences[hi].startswith(more)):
                 hi += 1
             found: list[int] = list(range(lo, hi))  # the clause ends inside (or with) these sentences
-            span = len(tail)
+            span = len(tokens) - start
             if not found:  # a whole sentence, then words the question adds
                 for length in self._lengths:
-                    row = self._row.get(tail[:length]) if length < len(tail) else None
+                    row = self._row.get(" ".join(tokens[start : start + length])) if length < span else None
                     if row is not None:
                         found, span = [row], length
                         break
-            cover = sum(1 for t in tail[:span] if t not in frame)
+            cover = sum(1 for t in tokens[start : start + span] if t not in frame)
             if found and cover >= need and cover > best_cover:
                 best_cover, rows, where = cover, found, (start, start + span)
             if tokens[start] not in frame:

@@ -107,7 +107,7 @@ def precompute_definitions(skb: SKB, state_dir: Path, schema: GraphSchema | None
     ptr = np.zeros(len(table.keys) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(keys) for keys in table.keys])
     nodes = np.asarray([position[key] for keys in table.keys for key in keys], dtype=np.int32)
-    meta = {"sentences": [" ".join(toks) for toks in table.sentences]}
+    meta = {"sentences": list(table.sentences)}  # each sentence's tokens joined by a space
     write_state(state_dir, DEFINITIONS, definitions_digest(skb), meta, {"ptr": ptr, "node": nodes})
 
 
@@ -118,9 +118,21 @@ def stored_definitions(skb: SKB) -> Any:
         return None
     meta, arrays = found
     keys = node_keys(skb)
-    ptr, node = np.asarray(arrays["ptr"]), np.asarray(arrays["node"])
-    sentences = [tuple(joined.split(" ")) for joined in meta["sentences"]]
-    return DefinitionTable(sentences, [tuple(keys[int(n)] for n in node[ptr[i] : ptr[i + 1]]) for i in range(len(sentences))])
+    return DefinitionTable(meta["sentences"], _Defined(np.asarray(arrays["ptr"]), np.asarray(arrays["node"]), keys))
+
+
+class _Defined(Sequence[tuple[str, ...]]):
+    """The node keys each stored definition sentence defines, read from the stored arrays when a match asks."""
+
+    def __init__(self, ptr: np.ndarray, node: np.ndarray, keys: Sequence[str]) -> None:
+        self._ptr, self._node, self._keys = ptr, node, keys
+
+    def __len__(self) -> int:
+        return len(self._ptr) - 1
+
+    def __getitem__(self, row: int) -> tuple[str, ...]:  # type: ignore[override]
+        lo, hi = int(self._ptr[row]), int(self._ptr[row + 1])
+        return tuple(self._keys[n] for n in self._node[lo:hi].tolist())
 
 
 class _StoredTable(Mapping[tuple[str, ...], list[Any]]):

@@ -95,7 +95,7 @@ def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
     bundle.warm_up().join()
     step("embedder (ONNX session) and graph store")
     bundle.search("warm up", mode="vss", k=10)
-    step("global HNSW graph (hnswlib copies it)")
+    step(f"global HNSW graph ({_graphs(bundle)})")
     labels = sorted({node.label for node in bundle.skb.nodes.values()})
     vector = bundle.embedder.embed_query("warm up")
     for label in labels:
@@ -103,7 +103,7 @@ def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
     step(f"HNSW graphs of {len(labels)} labels")
     if has_phrase_index(bundle):
         phrase_index_for(bundle)
-        step("phrase index (hnswlib)")
+        step(f"phrase index ({_graphs(bundle)})")
     _ = bundle.lexicon
     toolkit.graph()
     build_serve_app(toolkit)
@@ -124,6 +124,17 @@ def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _graphs(bundle: Any) -> str:
+    """How the index's vector graphs are held: read into the process (hnswlib) or mapped (USearch)."""
+    return "USearch, mapped" if bundle.manifest.hnsw.mapped else "hnswlib copies it"
+
+
+def pss_ratio(anon_mb: float, shared_mb: float) -> float:
+    """Two replicas' PSS over one's where each holds ``anon_mb`` of its own and maps ``shared_mb`` that both share:
+    (2P + S) / (P + S)."""
+    return round((2 * anon_mb + shared_mb) / max(anon_mb + shared_mb, 1e-9), 2)
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# What one replica holds",
@@ -138,7 +149,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {s['step']} | {s['rss_mb']:.0f} | {s['anon_mb']:.0f} | {s['file_mb']:.0f} | "
                      f"{s['anon_added_mb']:+.0f} |")
     lines += ["", (f"At the end: {report['anon_mb']:.0f} MB anonymous (each replica's own), "
-              f"{report['shared_file_mb']:.0f} MB file-backed (shared between replicas on one machine)."), "",
+              f"{report['shared_file_mb']:.0f} MB file-backed (shared between replicas on one machine): two "
+              f"replicas' PSS would be {pss_ratio(report['anon_mb'], report['shared_file_mb'])}x one's."), "",
               "RSS by mapping (top 25):", "", "| mapping | RSS MB | anonymous MB | mappings |", "|---|---:|---:|---:|"]
     for e in report["by_file"]:
         lines.append(f"| `{e['name']}` | {e['rss_mb']:.1f} | {e['anon_mb']:.1f} | {e['mappings']} |")

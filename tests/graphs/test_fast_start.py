@@ -205,7 +205,7 @@ def test_stored_statistics_equal_the_computed_ones(hpo_mini_skb: SKB, tmp_path: 
     table = build_definition_table(phrase_entries(hpo_mini_skb), built.frame)
     stored_table = stored_definitions(skb)
     assert len(table) > 0 and stored_table is not None
-    assert (stored_table.sentences, stored_table.keys) == (table.sentences, table.keys)
+    assert (list(stored_table.sentences), list(stored_table.keys)) == (list(table.sentences), list(table.keys))
     names = stored_names(skb)
     assert names is not None and names["Marfan syndrome"] == [
         n.key for n in hpo_mini_skb.nodes.values() if n.name == "Marfan syndrome"]
