@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from graphs.cache_dir import model_cache_dir
 from graphs.embedding.onnx_graph import GRAPH_VERSION, OPSET, VARIANTS, WEIGHTS_FILE, build_bytes
 from graphs.errors import ConfigError, SKBError
 from graphs.manifest import atomic_write_text
 
-__all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path", "model_cache_dir"]
+__all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path"]
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +55,6 @@ SIDECAR_FORMAT = 2
 #: Initializers of at least this many bytes go to the external data file (the graph keeps the small ones).
 EXTERNAL_MIN_BYTES = 1024
 _TOKENIZER_FILE = "tokenizer.json"
-
-
-def model_cache_dir() -> Path:
-    """Where converted models live: ``$SKB_MODEL_CACHE``, else the XDG user cache."""
-    env = os.environ.get("SKB_MODEL_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "skb-agent" / "models"
 
 
 # -- cache ------------------------------------------------------------------------------------

@@ -6,13 +6,15 @@ that comes with no profile has only its relation names (``directed_by``, ``film.
 nothing about any domain: splitting a name in any common style into words, knowing which words are
 function words, and reducing inflected and derived forms to one root so that *directs*, *directed*,
 *directing* and *director* meet (``root``). The morphology comes from ``lemminflect`` (its lexicon ships in
-the wheel); the agent-noun rule (*director* -> *direct*, *writer* -> *write*) is the only rule added here.
+the wheel, read through a mapped table: ``graphs.skb.lemmas``); the agent-noun rule (*director* -> *direct*, *writer* -> *write*) is the only rule added here.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+from graphs.skb.lemmas import lemmas_of
 
 #: English function words: articles, prepositions, conjunctions, auxiliaries, pronouns, question words.
 #: A relation name made of them ("has", "is_in") names nothing; they never count as relation words.
@@ -81,12 +83,10 @@ def root(word: str) -> str:
     """One root for the inflected and derived forms of a word: a verb's lemma first (*directed*, *directing*
     -> direct; *wrote*, *written* -> write), an agent noun's verb (*director* -> direct, *writer* -> write,
     *actors* -> act), else a noun's singular (*genres* -> genre), else the word itself."""
-    from lemminflect import getAllLemmas
-
     w = word.lower()
     if len(w) <= 2 or not w.isalpha():
         return w
-    lemmas = getAllLemmas(w)
+    lemmas = lemmas_of(w)
     if w in lemmas.get("VERB", ()) and "NOUN" in lemmas:
         return w  # a verb in its own right (*number*, *corner*, *order*) is not an agent noun (*numb-er*)
     noun = str((lemmas.get("NOUN") or (w,))[0])
@@ -110,13 +110,11 @@ def root(word: str) -> str:
 
 def _agent_verb(noun: str) -> str | None:
     """The verb an agent noun is made from (*director* -> direct, *writer* -> write), else None."""
-    from lemminflect import getAllLemmas
-
     for suffix in ("or", "er"):
         stem = noun[: -len(suffix)]
         if noun.endswith(suffix) and len(stem) > 2:
             for verb in (stem, stem + "e"):
-                if getAllLemmas(verb).get("VERB", ("",))[0] == verb:
+                if lemmas_of(verb).get("VERB", ("",))[0] == verb:
                     return verb
     return None
 
@@ -125,9 +123,7 @@ def _agent_verb(noun: str) -> str | None:
 def singular(word: str) -> str:
     """A noun's singular (*genres* -> genre, *votes* -> vote); other words unchanged.
 
-    Remembered, like ``root``: a question's words are looked up several times per question (lemminflect
-    deep-copies its tables on every lookup), and the words of questions recur."""
-    from lemminflect import getAllLemmas
-
-    nouns = getAllLemmas(word.lower()).get("NOUN")
+    Remembered, like ``root``: a question's words are looked up several times per question, and the words of
+    questions recur."""
+    nouns = lemmas_of(word.lower()).get("NOUN")
     return str(nouns[0]) if nouns else word.lower()
