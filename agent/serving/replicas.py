@@ -55,6 +55,11 @@ MAX_QUEUED_REQUESTS = 256
 FORWARDED_ENV_PREFIXES = ("SKB_",)
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
 NOT_FORWARDED = ("SKB_MCP_TOKEN",)
+#: glibc's malloc arenas a replica's process may make (its ``MALLOC_ARENA_MAX``, unless the serving process's
+#: environment sets one). Why: glibc gives each thread that allocates at once an arena of its own, up to eight per
+#: core, and each keeps the memory it once held; a replica's request threads left 30-45 MB of them on HPO, memory no
+#: other replica shares (``evals/reports/serve/memory``). Set at the process's start, where glibc reads it.
+MALLOC_ARENAS = "2"
 
 
 @serve.deployment(name="SKBReplica")
@@ -222,8 +227,9 @@ def start(
             started_ray = True
             _reclaim_sigterm()
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
+        arenas = os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)
         deployment = cast("Deployment", SKBReplica).options(
-            ray_actor_options={"num_cpus": replica_cpus},
+            ray_actor_options={"num_cpus": replica_cpus, "runtime_env": {"env_vars": {"MALLOC_ARENA_MAX": arenas}}},
             max_ongoing_requests=MAX_ONGOING_REQUESTS,
             max_queued_requests=MAX_QUEUED_REQUESTS,
             health_check_period_s=5.0,

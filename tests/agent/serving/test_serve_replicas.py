@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,6 +88,8 @@ def test_two_replicas_answer_and_ask_returns_the_ranking_ask_returns(served: Any
     from agent.serving.replicas import replica_pids
 
     assert _replica_pids_answering(served.url) == set(replica_pids()) and len(replica_pids()) == 2
+    for pid in replica_pids():  # each replica's process started with its malloc arenas bounded
+        assert b"MALLOC_ARENA_MAX=2" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     for question in QUESTIONS:
         status, body = _ask(served.url, question, k=20)
         assert status == 200, body
