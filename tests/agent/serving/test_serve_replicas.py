@@ -212,3 +212,17 @@ def test_a_rebuild_swapped_in_under_requests_gives_no_error(served: Any, hpo_min
     assert not errors, errors[:3]
     # requests were answered on both sides of the swap, each from one whole build
     assert after != before and {g for _, g in results} == {before, after} and results[-1][1] == after
+
+
+def test_the_replicas_options_bound_their_arenas_and_the_routers_back_off() -> None:
+    """What the deployment is given (the served fixture runs with these): a request that finds every replica busy
+    is tried again within 50 ms, not after the router's default half second, and each replica's process bounds its
+    malloc arenas unless the caller's environment says otherwise."""
+    from agent.serving.replicas import MAX_ONGOING_REQUESTS, replica_options
+
+    options = replica_options(1.0, environ={})
+    assert options["request_router_config"].max_backoff_s <= 0.05
+    assert options["max_ongoing_requests"] == MAX_ONGOING_REQUESTS
+    assert options["ray_actor_options"]["runtime_env"]["env_vars"] == {"MALLOC_ARENA_MAX": "2"}
+    assert replica_options(1.0, environ={"MALLOC_ARENA_MAX": "8"})["ray_actor_options"]["runtime_env"] == {
+        "env_vars": {"MALLOC_ARENA_MAX": "8"}}
