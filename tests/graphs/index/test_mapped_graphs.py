@@ -21,19 +21,10 @@ from graphs.index.phrases import ENTRIES_FILE, PHRASE_DIR, PhraseIndex, graph_of
 from graphs.manifest import Manifest, sha256_file
 from graphs.update import parse_changes, update_index
 from graphs.update.hnsw_patch import patch_hnsw
+from tests.graphs.hnsw_support import DIM, churn, exact_top, rows, unit
 from tests.small_graphs import catalog_skb
 
 PARAMS = HNSWParams(M=16, ef_construction=100, ef=64, mapped=True)
-DIM = 24
-
-
-def unit(rng: np.random.Generator, n: int) -> np.ndarray:
-    v = rng.normal(size=(n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def exact_top(keys: list[str], vectors: np.ndarray, query: np.ndarray, k: int) -> list[str]:
-    return [keys[i] for i in np.argsort(-(vectors @ query), kind="stable")[:k]]
 
 
 def mapped_files() -> set[str]:
@@ -54,10 +45,7 @@ def recall(index: HNSWIndex, keys: list[str], labels: list[str], vectors: np.nda
 
 def test_saved_graphs_are_searched_where_they_lie_and_find_the_exact_neighbours(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
-    n = 900
-    keys = [f"row{i}" for i in range(n)]
-    labels = ["Gadget" if i % 3 else "Widget" for i in range(n)]
-    vectors = unit(rng, n)
+    keys, labels, vectors = rows(rng, 900, ("Gadget", "Widget"), every=3, prefix="row")
     build_saved(keys, labels, vectors, PARAMS.model_copy(update={"global_graph": True}), tmp_path)
     index = HNSWIndex.load(tmp_path)
     assert index.params.mapped
@@ -77,10 +65,7 @@ def test_saved_graphs_are_searched_where_they_lie_and_find_the_exact_neighbours(
 def test_a_sharded_mapped_index_searches_every_shard_from_its_files(tmp_path: Path) -> None:
     """The layout the Ray engine writes (one task a shard: ``build_shard`` and ``save_shard``)."""
     rng = np.random.default_rng(4)
-    n = 800
-    keys = [f"row{i}" for i in range(n)]
-    labels = ["Left" if i % 4 else "Right" for i in range(n)]
-    vectors = unit(rng, n)
+    keys, labels, vectors = rows(rng, 800, ("Left", "Right"), every=4, prefix="row")
     HNSWIndex.build(keys, labels, vectors, PARAMS, shards=2).save(tmp_path)
     index = HNSWIndex.load(tmp_path)
     assert index.sharded and all(isinstance(index._graph(None, s), MappedGraph) for s in range(2))
@@ -91,25 +76,14 @@ def test_a_sharded_mapped_index_searches_every_shard_from_its_files(tmp_path: Pa
 
 def test_an_update_reads_a_mapped_graph_in_and_never_writes_the_parent_file(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
-    n = 600
-    keys = [f"k{i}" for i in range(n)]
-    labels = ["Odd" if i % 2 else "Even" for i in range(n)]
-    vectors = unit(rng, n)
+    keys, labels, vectors = rows(rng, 600, ("Odd", "Even"))
     HNSWIndex.build(keys, labels, vectors, PARAMS).save(tmp_path / "g0")
     digests = {p.name: sha256_file(p) for p in (tmp_path / "g0").iterdir()}
     index = HNSWIndex.load(tmp_path / "g0")
     gone: set[str] = set()
-    fresh = 0
     for round_ in range(1, 9):  # 1 % edited, 1 % deleted, 1 % added per round
-        rows = {k: i for i, k in enumerate(keys)}
-        dead = [str(k) for k in rng.choice(keys, 6, replace=False)]
+        keys, labels, vectors, dead = churn(rng, keys, labels, vectors, 6 * round_, ("Odd", "Even"))
         gone |= set(dead)
-        keep = [k for k in keys if k not in dead]
-        new = [f"n{fresh + i}" for i in range(6)]
-        fresh += 6
-        vecs = np.concatenate([vectors[[rows[k] for k in keep]], unit(rng, 6)])
-        vecs[rng.choice(len(keep), 6, replace=False)] = unit(rng, 6)
-        keys, labels, vectors = keep + new, [labels[rows[k]] for k in keep] + ["Odd", "Even"] * 3, vecs
         patched = patch_hnsw(index, keys, labels, vectors, PARAMS)
         assert patched is not None  # deleted slots are reused: the global graph never passes the share
         index, report = patched

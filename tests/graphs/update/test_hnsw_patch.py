@@ -10,40 +10,20 @@ import numpy as np
 
 from graphs.index.hnsw import HNSWIndex, HNSWParams
 from graphs.update.hnsw_patch import REBUILD_SHARE, patch_hnsw
+from tests.graphs.hnsw_support import churn, exact_top, rows, unit
 
 PARAMS = HNSWParams(M=16, ef_construction=100, ef=64)
-DIM = 24
-
-
-def unit(rng: np.random.Generator, n: int) -> np.ndarray:
-    v = rng.normal(size=(n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def exact_top(keys: list[str], vectors: np.ndarray, query: np.ndarray, k: int) -> list[str]:
-    return [keys[i] for i in np.argsort(-(vectors @ query), kind="stable")[:k]]
 
 
 def test_patched_graphs_forget_deleted_rows_and_keep_recall_through_churn(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
-    n = 600
-    keys = [f"k{i}" for i in range(n)]
-    labels = ["Odd" if i % 2 else "Even" for i in range(n)]
-    vectors = unit(rng, n)
+    keys, labels, vectors = rows(rng, 600, ("Odd", "Even"))
     index = HNSWIndex.build(keys, labels, vectors, PARAMS)
     gone: set[str] = set()
-    fresh = built = 0
+    built = 0
     for round_ in range(8):  # 1 % edited, 1 % deleted, 1 % added per round
-        rows = {k: i for i, k in enumerate(keys)}
-        dead = [str(k) for k in rng.choice(keys, 6, replace=False)]
+        keys, labels, vectors, dead = churn(rng, keys, labels, vectors, 6 * round_, ("Odd", "Even"))
         gone |= set(dead)
-        keep = [k for k in keys if k not in dead]
-        new = [f"n{fresh + i}" for i in range(6)]
-        fresh += 6
-        vecs = np.concatenate([vectors[[rows[k] for k in keep]], unit(rng, 6)])
-        edited = rng.choice(len(keep), 6, replace=False)
-        vecs[edited] = unit(rng, 6)
-        keys, labels, vectors = keep + new, [labels[rows[k]] for k in keep] + ["Odd", "Even"] * 3, vecs
         patched = patch_hnsw(index, keys, labels, vectors, PARAMS)
         if patched is None:  # the global graph's deleted slots passed the share: the caller builds it
             index, built = HNSWIndex.build(keys, labels, vectors, PARAMS), built + 1
