@@ -1,11 +1,12 @@
 """The two graph libraries an index's approximate-nearest-neighbour graphs can be built with.
 
 Why two: hnswlib (the default) reads each saved graph into one block of the process's own memory, where it searches
-fastest. Every process that opens the index then holds its own copy: on HPO 270 MB of a serving replica's 590 MB
-that no other replica can share. USearch (``HNSWParams.mapped``, the ``skb-agent[mapped]`` extra) searches a saved
-graph where it lies, as a read-only memory map, so the processes on one machine share its pages through the page
-cache; it costs about twice hnswlib's time a search at the same recall, and twice its build time
-(``docs/serving.md``). Both are HNSW graphs over the same ids; the rest of the index does not see which one it holds.
+fastest. Every process that opens the index then holds its own copy: on HPO 270 MB of the 540 MB a serving replica
+holds of its own, which no other replica can share. USearch (``HNSWParams.mapped``, the ``skb-agent[mapped]`` extra)
+searches a saved graph where it lies, as a read-only memory map, so the processes on one machine share its pages
+through the page cache; it costs about twice hnswlib's time a search at the same recall, and twice its build time
+(``docs/guides/serving.md``). Both are HNSW graphs over the same ids; the rest of the index does not see which one
+it holds.
 
 ``MappedGraph`` offers the part of ``hnswlib.Index``'s interface the index uses, so the graph code is one code path.
 A mapped graph is never written: a change (an update's patch) first reads it into memory, and the result is saved
@@ -155,9 +156,9 @@ class MappedGraph:
         keys = np.asarray(list(ids), dtype=np.uint64)
         if not len(keys):
             return np.zeros((0, self.dim), dtype=np.float32)
-        got = self._index.get(keys)
-        rows = [got] if len(keys) == 1 else list(got)
-        if any(row is None for row in rows):
+        got = self._index.get(keys)  # a tuple of vectors (None for a missing id)
+        rows = list(got) if isinstance(got, tuple | list) or (isinstance(got, np.ndarray) and got.ndim == 2) else [got]
+        if len(rows) != len(keys) or any(row is None for row in rows):
             raise RuntimeError("an id asked for is not in the graph")
         return np.vstack([np.asarray(row, dtype=np.float32).reshape(1, -1) for row in rows])
 

@@ -150,3 +150,13 @@ def test_a_damaged_mapped_graph_and_a_missing_library_are_named(tmp_path: Path,
     monkeypatch.setitem(sys.modules, "usearch.index", None)  # as where the extra is not installed
     with pytest.raises(ConfigError, match=r"skb-agent\[mapped\]"):
         load_graph(tmp_path / "g.bin", DIM, mapped=True)
+
+
+def test_a_vector_asked_of_a_mapped_graph_by_an_unknown_id_is_refused() -> None:
+    graph = new_graph(DIM, 4, PARAMS, 0)
+    vectors = unit(np.random.default_rng(8), 4)
+    graph.add_items(vectors, np.arange(4))
+    assert np.allclose(graph.get_items([2]), vectors[[2]], atol=1e-6)
+    for ids in ([9], [1, 9]):
+        with pytest.raises(RuntimeError, match="not in the graph"):
+            graph.get_items(ids)
