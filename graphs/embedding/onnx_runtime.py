@@ -44,7 +44,7 @@ import numpy as np
 from graphs.cache_dir import model_cache_dir
 from graphs.embedding.onnx_graph import GRAPH_VERSION, OPSET, VARIANTS, WEIGHTS_FILE, build_bytes
 from graphs.errors import ConfigError, SKBError
-from graphs.manifest import atomic_write_text
+from graphs.manifest import atomic_write_text, sha256_file
 
 __all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path"]
 
@@ -58,14 +58,6 @@ _TOKENIZER_FILE = "tokenizer.json"
 
 
 # -- cache ------------------------------------------------------------------------------------
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _stat_key(path: Path) -> dict[str, int]:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
@@ -109,7 +101,7 @@ def _write_split(model_path: Path, data: bytes) -> dict[str, dict[str, Any]]:
                         location=target.name, size_threshold=EXTERNAL_MIN_BYTES)  # fmt: skip
         os.replace(Path(tmp) / target.name, target)
         os.replace(staged, model_path)
-    return {name: {"size": f.stat().st_size, "sha256": _sha256_file(f)} for name, f in _model_files(model_path).items()}
+    return {name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for name, f in _model_files(model_path).items()}
 
 
 def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bool | None:
@@ -129,7 +121,7 @@ def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bo
         return True
     for name, f in files.items():
         try:
-            digest = _sha256_file(f)
+            digest = sha256_file(f)
         except OSError:  # unreadable (another user's cache, a bad disk): rebuilt, or used from memory
             return False
         if digest != (recorded.get(name) or {}).get("sha256"):
@@ -162,7 +154,7 @@ def _source_matches(sidecar: dict[str, Any], weights: Path) -> bool:
     stat = _stat_key(weights)
     if recorded.get("stat") == stat:
         return True
-    return bool(recorded.get("sha256") == _sha256_file(weights))
+    return bool(recorded.get("sha256") == sha256_file(weights))
 
 
 def ensure_onnx_model(
@@ -220,7 +212,7 @@ def ensure_onnx_model(
             "size": len(data),
             "files": files,
             "verified_stat": {name: _stat_key(f) for name, f in _model_files(model_path).items()},
-            "source": {"dir": str(source_dir.resolve()), "sha256": _sha256_file(weights), "stat": _stat_key(weights)},
+            "source": {"dir": str(source_dir.resolve()), "sha256": sha256_file(weights), "stat": _stat_key(weights)},
         }
         _write_sidecar(sidecar_path, record)
     except OSError as exc:

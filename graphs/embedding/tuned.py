@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from graphs.errors import ConfigError
+from graphs.manifest import sha256_file
 
 __all__ = [
     "ENCODER_SIDECAR",
@@ -69,24 +70,16 @@ def read_sidecar(model_dir: Path) -> dict[str, Any]:
     return record
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def vector_file_hashes(model_dir: Path) -> dict[str, str]:
     """sha256 of each of ``VECTOR_FILES`` present in ``model_dir`` (what the sidecar records)."""
-    return {name: _sha256_file(Path(model_dir) / name) for name in VECTOR_FILES if (Path(model_dir) / name).is_file()}
+    return {name: sha256_file(Path(model_dir) / name) for name in VECTOR_FILES if (Path(model_dir) / name).is_file()}
 
 
 def verify_files(model_dir: Path, record: dict[str, Any]) -> dict[str, str]:
     """The hashes of the files that decide the vectors (the ONNX graph and ``VECTOR_FILES``), each checked
     against the sidecar: a mismatch is a ConfigError naming the file (swapped, edited, or a sidecar edited)."""
     model_dir = Path(model_dir)
-    found = {ONNX_FILE: _sha256_file(model_dir / ONNX_FILE), **vector_file_hashes(model_dir)}
+    found = {ONNX_FILE: sha256_file(model_dir / ONNX_FILE), **vector_file_hashes(model_dir)}
     recorded = record.get("files_sha256")
     expected = {ONNX_FILE: record.get("onnx_sha256"), **(recorded if isinstance(recorded, dict) else {})}
     for name, want in expected.items():

@@ -371,14 +371,14 @@ def test_an_unreadable_cached_model_is_rebuilt_not_a_crash(tmp_path: Path, model
     first = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
     (onnx_file,) = tmp_path.glob("*.onnx")
     os.utime(external_data_path(onnx_file), ns=(1, 1))  # the stat moves: the check reads the file
-    real = onnx_embedder._sha256_file
+    real = onnx_embedder.sha256_file
 
     def unreadable(path: Path) -> str:
         if path.suffix == ".data":
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(onnx_embedder, "_sha256_file", unreadable)
+    monkeypatch.setattr(onnx_embedder, "sha256_file", unreadable)
     sidecar = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert onnx_embedder._verified(sidecar, onnx_file, full_check=False) is False
     again = ensure_onnx_model(model_dir, "fp32", cache_dir=tmp_path)
