@@ -22,7 +22,6 @@ clause in well under a millisecond with the same top candidates.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import weakref
@@ -194,21 +193,13 @@ class PhraseIndex:
     # -- persistence -----------------------------------------------------------------
     def save(self, directory: Path) -> dict[str, str]:
         """Write the graph and the entries; returns ``{relative name: sha256}`` for the manifest."""
-        from graphs.manifest import fsync_file, temp_path_for
+        from graphs.index.hnsw_shards import save_graph
 
         directory.mkdir(parents=True, exist_ok=True)
-        target = directory / GRAPH_FILE
-        tmp = temp_path_for(target)
-        try:
-            self.graph.save_index(str(tmp))
-            fsync_file(tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        graph_digest = save_graph(self.graph, directory / GRAPH_FILE)
         entries: dict[str, Any] = {"keys": self.keys, "kinds": self.kinds, **({"mapped": True} if self.mapped else {})}
         atomic_write_json(directory / ENTRIES_FILE, entries, indent=None)
-        return {name: sha256_file(directory / name) for name in (GRAPH_FILE, ENTRIES_FILE)}
+        return {GRAPH_FILE: graph_digest, ENTRIES_FILE: sha256_file(directory / ENTRIES_FILE)}
 
     @classmethod
     def load(cls, directory: Path, dim: int, checksums: dict[str, str] | None = None) -> PhraseIndex:
