@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphs.embedding.embedder import embed_all, get_embedder
-from graphs.index.hnsw_shards import new_graph
+from graphs.index.ann import new_graph
 from graphs.loaders.jsonl import load_jsonl
 from graphs.manifest import HNSWParams
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from graphs.index.ann import new_graph
 from graphs.index.bm25_terms import DocTerms
-from graphs.index.hnsw_shards import build_shard, merge_topk, new_graph, save_shard
+from graphs.index.hnsw_shards import build_shard, merge_topk, save_shard
 from graphs.manifest import HNSWParams
 
 __all__ = ["bm25_terms", "hnsw_shard", "knn_merge", "knn_shard", "merged_terms", "partitions"]

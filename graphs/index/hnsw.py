@@ -32,7 +32,7 @@ import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
 from graphs.heap import table
-from graphs.index.ann import ANNGraph
+from graphs.index.ann import ANNGraph, new_graph
 from graphs.index.hnsw_files import (
     FORMAT,
     GLOBAL_FILE,
@@ -49,7 +49,6 @@ from graphs.index.hnsw_shards import (
     checked_rows,
     graph_vectors,
     merge_topk,
-    new_graph,
     save_graph,
     save_shard,
     shard_graphs,

@@ -22,7 +22,7 @@ from graphs.errors import ConfigError
 from graphs.index.ann import ANNGraph, new_graph
 from graphs.manifest import HNSWParams, fsync_file, sha256_file, temp_path_for
 
-__all__ = ["ShardGraphs", "build_shard", "checked_rows", "graph_vectors", "merge_topk", "new_graph", "save_graph", "save_shard", "shard_dir",
+__all__ = ["ShardGraphs", "build_shard", "checked_rows", "graph_vectors", "merge_topk", "save_graph", "save_shard", "shard_dir",
            "shard_graphs", "shard_ranges"]
 
 ShardGraphs: TypeAlias = tuple[ANNGraph, dict[str, ANNGraph]]

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from graphs.index.ann import new_graph
 from graphs.index.hnsw import HNSWIndex, label_file
-from graphs.index.hnsw_shards import new_graph
 from graphs.manifest import HNSWParams
 
 #: A graph whose marked-deleted slots exceed this share of its live elements is rebuilt from its vectors.
