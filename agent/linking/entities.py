@@ -537,8 +537,9 @@ class EntityLinker:
             return []
         phrases: list[tuple[str, str]] = [(k, p) for k in cands for p in self._phrases(k)]
         known = self._phrase_vecs
-        vecs = {p: v for p in dict.fromkeys(p for _, p in phrases) if (v := known.get(p)) is not None}
-        missing = [p for p in dict.fromkeys(p for _, p in phrases) if p not in vecs]
+        unique = list(dict.fromkeys(p for _, p in phrases))
+        vecs = {p: v for p in unique if (v := known.get(p)) is not None}
+        missing = [p for p in unique if p not in vecs]
         if missing:
             # Like queries, names bypass the on-disk embedding cache (``inner``): the linker keeps its
             # own in-memory cache, and growing the index's cache per question would slow every call.
