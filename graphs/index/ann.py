@@ -77,7 +77,12 @@ class MappedGraph:
     given. The distances are the same either way.
 
     Deleted ids: USearch reuses a removed element's slot for a later insertion, so a graph holds no dead slots to
-    count and ``get_current_count`` is its live elements (hnswlib's counts marked-deleted ones too)."""
+    count and ``get_current_count`` is its live elements (hnswlib's counts marked-deleted ones too).
+
+    Why insertions run on one thread whatever the caller asks: USearch 2.26 inserting on two threads left elements
+    that no search reaches (a search for an element's own vector missed it for 27 of 6,000 elements in 20 graphs of
+    300, and 10 of 15,000 in 3 graphs of 5,000; on one thread, and with hnswlib on two, none). Searches may use
+    several."""
 
     def __init__(self, index: Any, space: Space, path: Path | None = None) -> None:
         self._index = index
@@ -137,8 +142,7 @@ class MappedGraph:
         if self._space == "cosine":
             rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-30)
         keys = np.arange(len(rows), dtype=np.uint64) if ids is None else np.asarray(ids, dtype=np.uint64)
-        threads = self._threads if num_threads < 0 else num_threads
-        self._writable().add(keys, rows, threads=threads)
+        self._writable().add(keys, rows, threads=1)  # one thread: see the class docstring
 
     def mark_deleted(self, label: int) -> None:
         self._writable().remove(int(label))

@@ -160,3 +160,16 @@ def test_a_vector_asked_of_a_mapped_graph_by_an_unknown_id_is_refused() -> None:
     for ids in ([9], [1, 9]):
         with pytest.raises(RuntimeError, match="not in the graph"):
             graph.get_items(ids)
+
+
+def test_every_element_of_a_mapped_graph_is_found_by_its_own_vector() -> None:
+    """Asked to insert on several threads, a mapped graph still reaches every element (USearch's concurrent
+    insertion lost some: ``MappedGraph``'s docstring)."""
+    missed = 0
+    for seed in range(20):
+        vectors = unit(np.random.default_rng(seed), 300)
+        graph = new_graph(DIM, 300, PARAMS, 0)
+        graph.add_items(vectors, np.arange(300), num_threads=2)
+        ids, _ = graph.knn_query(vectors, k=1, num_threads=1)
+        missed += int((ids[:, 0] != np.arange(300)).sum())
+    assert missed == 0
