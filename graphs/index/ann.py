@@ -4,7 +4,7 @@ Why two: hnswlib (the default) reads each saved graph into one block of the proc
 fastest. Every process that opens the index then holds its own copy: on HPO 270 MB of the 530 MB a serving replica
 holds of its own, which no other replica can share. USearch (``HNSWParams.mapped``, the ``skb-agent[mapped]`` extra)
 searches a saved graph where it lies, as a read-only memory map, so the processes on one machine share its pages
-through the page cache; it costs about twice hnswlib's time a search at the same recall, and twice its build time
+through the page cache; it costs about twice hnswlib's time a search at the same recall, and builds on one thread
 (``docs/guides/serving.md``). Both are HNSW graphs over the same ids; the rest of the index does not see which one
 it holds.
 
