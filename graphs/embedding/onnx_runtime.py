@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from graphs.embedding.onnx_graph import GRAPH_VERSION, OPSET, VARIANTS, WEIGHTS_
 from graphs.errors import ConfigError, SKBError
 from graphs.manifest import atomic_write_text, sha256_file
 
-__all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path"]
+__all__ = ["CachedModel", "OnnxBertEncoder", "ensure_onnx_model", "external_data_path", "packed_model"]
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,109 @@ def _write_sidecar(path: Path, record: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
+# -- packed weights ---------------------------------------------------------------------------
+#: 1: the optimised graph, its packed weights in its external data file (``session.save_external_prepacked_...``).
+PACKED_FORMAT = 1
+
+
+def _machine_key() -> str:
+    """What packed weights depend on: ONNX Runtime's version and the processor's instruction sets (its
+    matrix kernels, and the layout they pack weights into, are chosen by them)."""
+    import onnxruntime as ort
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith(("flags", "Features"))), "")
+    except OSError:  # not Linux: the processor's name stands for its instruction sets
+        pass
+    parts = (ort.__version__, platform.machine(), flags or platform.processor())
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:12]
+
+
+def _packed_paths(model: CachedModel, machine: str) -> tuple[Path, Path]:
+    stem = model.path.name.removesuffix(".onnx")
+    return model.path.with_name(f"{stem}-packed-{machine}.onnx"), model.path.with_name(f"{stem}-packed-{machine}.json")
+
+
+def packed_model(model: CachedModel) -> Path | None:
+    """The model optimised for this machine with its packed weights in its external data file, written once
+    beside the cached model and verified like it after (stat, else sha256); None where there is none to be had
+    (a model held in memory, an unwritable cache, ONNX Runtime refusing): the caller loads ``model`` itself.
+
+    Why: ONNX Runtime repacks the matrices of every session it opens into its kernels' layout, on the heap
+    (about 40 MB a session of the fp32 model); loaded from a file that holds them packed, it maps them, so the
+    processes that answer questions on one machine share those pages too. The vectors are the same: the same
+    graph and kernels run, only where the packed weights live differs."""
+    if model.held is not None:
+        return None
+    import onnxruntime as ort
+
+    machine = _machine_key()
+    path, sidecar_path = _packed_paths(model, machine)
+    sidecar = _read_sidecar(sidecar_path)
+    if sidecar is not None and sidecar.get("format") == PACKED_FORMAT and sidecar.get("model_sha256") == model.sha256:
+        before = dict(sidecar.get("verified_stat") or {})
+        if _verified(sidecar, path, full_check=False):
+            if sidecar["verified_stat"] != before:
+                try:
+                    _write_sidecar(sidecar_path, sidecar)
+                except OSError as exc:
+                    log.info("cannot record the checked packed model's stat in %s (%s)", sidecar_path, exc)
+            return path
+    try:
+        files = _write_packed(model.path, path)
+        _write_sidecar(sidecar_path, {
+            "format": PACKED_FORMAT, "model_sha256": model.sha256, "machine": machine, "onnxruntime": ort.__version__,
+            "files": files, "verified_stat": {name: _stat_key(f) for name, f in _model_files(path).items()},
+        })  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 -- OSError, or onnxruntime's own error types: the model still loads unpacked
+        log.warning("cannot write the packed ONNX model %s (%s); each process packs its own weights", path, exc)
+        return None
+    _drop_other_versions(model, machine, ort.__version__)
+    return path
+
+
+def _write_packed(source: Path, path: Path) -> dict[str, dict[str, Any]]:
+    """Have ONNX Runtime optimise ``source`` and save it with its packed weights, both files replaced whole
+    (written in a directory beside them first). Returns each file's size and sha256."""
+    import onnxruntime as ort
+
+    data = external_data_path(path)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".pack-") as tmp:
+        options = _options(ort)
+        options.optimized_model_filepath = str(Path(tmp) / path.name)
+        for key, value in (
+            ("session.optimized_model_external_initializers_file_name", data.name),
+            ("session.optimized_model_external_initializers_min_size_in_bytes", str(EXTERNAL_MIN_BYTES)),
+            ("session.save_external_prepacked_constant_initializers", "1"),
+        ):
+            options.add_session_config_entry(key, value)
+        ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
+        os.replace(Path(tmp) / data.name, data)
+        os.replace(Path(tmp) / path.name, path)
+    return {name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for name, f in _model_files(path).items()}
+
+
+def _drop_other_versions(model: CachedModel, machine: str, version: str) -> None:
+    """Remove this model's packed files written by another ONNX Runtime version (an upgrade would otherwise
+    leave 130 MB behind each time); another machine's packing under the same version is kept (a shared cache)."""
+    for sidecar_path in model.path.parent.glob(f"{model.path.name.removesuffix('.onnx')}-packed-*.json"):
+        other = _read_sidecar(sidecar_path)
+        if other is None or other.get("machine") == machine or other.get("onnxruntime") == version:
+            continue
+        graph = sidecar_path.with_suffix(".onnx")
+        for f in (sidecar_path, graph, external_data_path(graph)):
+            f.unlink(missing_ok=True)
+
+
+def _options(ort: Any) -> Any:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only: no optimizer chatter on stderr
+    return options
+
+
 # -- runtime ----------------------------------------------------------------------------------
 _SESSION_LOCK = threading.Lock()
 _SESSIONS: dict[tuple[str, str, int | None], Any] = {}
@@ -272,18 +376,19 @@ def _session(model: CachedModel, variant: str, threads: int | None = None) -> An
         if session is None:
             import onnxruntime as ort
 
-            options = ort.SessionOptions()
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.log_severity_level = 3  # errors only: no optimizer chatter on stderr
+            options = _options(ort)
             if threads is not None:
                 options.intra_op_num_threads = threads
+            packed = packed_model(model)
+            source: bytes | str = model.held if model.held is not None else str(model.path)
+            if packed is not None:  # optimised already: loading it as it is keeps its weights mapped
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                source = str(packed)
             try:
-                source = model.held if model.held is not None else str(model.path)
                 session = ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
             except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
-                raise SKBError(
-                    f"onnxruntime cannot load the model {model.path}: {exc} -- delete it to have it rebuilt"
-                ) from exc
+                named = packed if packed is not None else model.path
+                raise SKBError(f"onnxruntime cannot load the model {named}: {exc} -- delete it to have it rebuilt") from exc
             _SESSIONS[key] = session
         return session
 
