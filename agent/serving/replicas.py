@@ -35,6 +35,7 @@ from ray import serve
 from starlette.applications import Starlette
 
 from agent.serving.replica_lost import PROXY_CALLBACK, PROXY_CALLBACK_ENV
+from agent.serving.worker_setup import HOOK
 from graphs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -211,6 +212,14 @@ def proxy_env() -> None:
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
 
 
+def init_ray(address: str | None = None) -> None:
+    """Start (or join, at ``address``) the Ray that serves: its proxies answer for a dead replica
+    (``proxy_env``), and the processes of this job skip pandas (``agent.serving.worker_setup``)."""
+    proxy_env()
+    ray.init(address=address, log_to_driver=False, configure_logging=False,
+             runtime_env={"worker_process_setup_hook": HOOK})  # fmt: skip
+
+
 def _reclaim_sigterm() -> None:
     """Give SIGTERM back to Python's handler (Ray's: exit, so ``finally`` blocks run and ``Served.stop`` removes
     the app, Ray and the graph server). Ray's core installs a crash handler over it that prints a stack and
@@ -244,8 +253,7 @@ def start(
     started_ray = False
     try:
         if not ray.is_initialized():
-            proxy_env()
-            ray.init(address=ray_address, log_to_driver=False, configure_logging=False)
+            init_ray(ray_address)
             started_ray = True
             _reclaim_sigterm()
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
@@ -306,5 +314,5 @@ def wait_for_replicas(count: int, timeout_s: float = 90.0) -> None:
     raise TimeoutError(f"{running_replicas()} of {count} replicas running after {timeout_s:.0f} s")
 
 
-__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "proxy_env", "replica_env", "replica_pids", "running_replicas", "start",
+__all__ = ["APP_NAME", "SKBReplica", "Scale", "Served", "init_ray", "proxy_env", "replica_env", "replica_pids", "running_replicas", "start",
            "wait_for_replicas"]

@@ -199,15 +199,14 @@ def run_study(
     import ray
     from ray import serve
 
-    from agent.serving.replicas import Scale, proxy_env, replica_pids, start
+    from agent.serving.replicas import Scale, init_ray, replica_pids, start
     from graphs.bundle import IndexBundle
 
     with IndexBundle.open(index_dir) as bundle:
         questions = make_questions(bundle, 2000)
     load_before = [round(x, 2) for x in os.getloadavg()]
     if not ray.is_initialized():
-        proxy_env()
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_ray()
     levels: list[Level] = []
     memory: dict[str, list[Memory]] = {}
     graph: Memory | None = None
