@@ -9,6 +9,7 @@ other code or another domain profile.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import weakref
 from collections import defaultdict
@@ -188,17 +189,16 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
     if spec is None:
         return None
     has, hierarchy = stored_hierarchy(skb, term_label)
-    keys = node_keys(skb)
     tag = spec["tag"]
-    terms = tuple(keys[i] for i in arrays[f"{tag}.terms"].tolist())  # tuples: graphs.heap
-    targets = tuple(keys[i] for i in arrays[f"{tag}.targets"].tolist())
+    terms, term_index = key_table(skb, arrays[f"{tag}.terms"])
+    targets, target_index = key_table(skb, arrays[f"{tag}.targets"])
     shape_tt = (len(targets), len(terms))
 
     model = AnnotationModel(
         terms=terms,
-        term_index={k: i for i, k in enumerate(terms)},
+        term_index=term_index,
         targets=targets,
-        target_index={k: i for i, k in enumerate(targets)},
+        target_index=target_index,
         ancestors=_stored_matrix(arrays, f"{tag}.ancestors", sparse.csr_matrix, (len(terms), len(terms))),
         direct=_stored_matrix(arrays, f"{tag}.direct", sparse.csr_matrix, shape_tt),
         propagated=_stored_matrix(arrays, f"{tag}.propagated", sparse.csc_matrix, shape_tt),
@@ -215,10 +215,34 @@ def stored_model(skb: SKB, target_label: str, term_label: str) -> Any:
     return model
 
 
+_KEY_TABLES: weakref.WeakKeyDictionary[SKB, dict[bytes, tuple[tuple[str, ...], dict[str, int]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def key_table(skb: SKB, positions: np.ndarray) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The keys of the nodes at ``positions`` and each key's place among them, one pair per distinct list.
+
+    Why shared: the models of a label pair, of the reverse pair and the link matrices name the same nodes of a
+    label (six stored models of three labels list three sets of nodes), and each pair held its own tuple and
+    dictionary of them (8 MB of every answering process on a graph of 37,000 nodes). Callers must not change them."""
+    flat = np.ascontiguousarray(positions, dtype=np.int64)
+    digest = hashlib.blake2b(flat.tobytes(), digest_size=16).digest()
+    with _META_LOCK:
+        hit = _KEY_TABLES.setdefault(skb, {}).get(digest)
+    if hit is None:
+        keys = node_keys(skb)
+        ordered = tuple(keys[i] for i in flat.tolist())  # a tuple: graphs.heap
+        hit = (ordered, {key: i for i, key in enumerate(ordered)})
+        with _META_LOCK:
+            hit = _KEY_TABLES.setdefault(skb, {}).setdefault(digest, hit)
+    return hit
+
+
 def link_pairs(
     skb: SKB, rel: str, row_label: str, target_index: dict[str, int]
-) -> tuple[list[str], np.ndarray, np.ndarray] | None:
-    """``(row keys, rows, cols)`` of ``rel`` edges (either direction) from ``row_label`` nodes to the
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(row nodes' positions, rows, cols)`` of ``rel`` edges (either direction) from ``row_label`` nodes to the
     targets of ``target_index``, vectorised over a memory-mapped SKB's arrays; None for other SKBs
     (``ontology_scoring.link_matrix`` then scans the edges)."""
     from graphs.skb.compact import CompactSKB
@@ -243,7 +267,7 @@ def link_pairs(
     a, b = np.concatenate([s, d]), np.concatenate([d, s])
     rows, cols = row_of[a], col_of[b]
     keep = (rows >= 0) & (cols >= 0)
-    return [keys[i] for i in row_nodes.tolist()], rows[keep], cols[keep]
+    return row_nodes, rows[keep], cols[keep]
 
 
 # -- the models a question uses: stored or computed once per SKB -----------------------------
@@ -299,9 +323,10 @@ def link_matrix(skb: SKB, rel: str, row_label: str, col_model: AnnotationModel) 
         fast = link_pairs(skb, rel, row_label, col_model.target_index)  # an index's arrays: no scan
         r: list[int] | np.ndarray
         c: list[int] | np.ndarray
+        rows_keys: tuple[str, ...] | list[str]
         if fast is not None:
-            rows_keys, r, c = fast
-            row_index = {k: i for i, k in enumerate(rows_keys)}
+            row_nodes, r, c = fast
+            rows_keys, row_index = key_table(skb, row_nodes)
         else:
             rows_keys = [n.key for n in skb.nodes.values() if n.label == row_label]
             row_index = {k: i for i, k in enumerate(rows_keys)}
