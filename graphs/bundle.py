@@ -29,6 +29,7 @@ from graphs.bundle_load import (
     _load_skb,
     _manifest_stamp,
     _Parts,
+    _share_keys,
 )
 from graphs.bundle_source import SourceWatch, live_source
 from graphs.errors import ConfigError, IndexNotFoundError, StageMissingError
@@ -297,6 +298,7 @@ class IndexBundle:
             hnsw = HNSWIndex.load(index_dir / "hnsw")
         bm25 = BM25Index.load(index_dir / "bm25")
         _check_artifacts(index_dir, manifest, skb, hnsw, bm25)
+        _share_keys(skb, hnsw, bm25)
         return cls(index_dir, manifest, skb, hnsw, bm25, store_kind=store, stamp=stamp, verify=verify)
 
     # -- lazily opened parts ------------------------------------------------------------

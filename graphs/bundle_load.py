@@ -52,6 +52,18 @@ def _load_skb(index_dir: Path, manifest: Manifest) -> SKB:
     return load_jsonl(index_dir / "skb")
 
 
+def _share_keys(skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:
+    """The indexes hold the memory-mapped SKB's table of node keys (and so its positions) where they list the
+    same keys in the same order, as a build writes them: one table a process instead of three."""
+    from graphs.skb.compact import CompactSKB
+
+    if isinstance(skb, CompactSKB):
+        keys = skb.node_keys()
+        assert isinstance(keys, tuple)
+        hnsw.share_keys(keys)
+        bm25.share_keys(keys)
+
+
 def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:
     """The manifest describes the loaded parts: dimension, HNSW parameters and counts agree.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +21,7 @@ from langchain_core.tools import InjectedToolArg, StructuredTool, ToolException
 from langchain_core.tools.base import FILTERED_ARGS, _format_output, _handle_tool_error, _handle_validation_error
 from pydantic import BaseModel, ValidationError, model_validator
 
+from graphs.heap import positions, table
 from graphs.skb.model import SKB, GraphSchema
 from graphs.text_safety import clean_text
 
@@ -236,7 +237,7 @@ class EmbeddingMatrix:
     """
 
     def __init__(self, keys: Sequence[str], matrix: np.ndarray) -> None:
-        self.row = {key: i for i, key in enumerate(keys)}
+        self.row: Mapping[str, int] = positions(table(keys))  # graphs.heap: the index's own, when it is its table
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.matrix.setflags(write=False)
 

@@ -28,7 +28,7 @@ import numpy as np
 import Stemmer
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.heap import table
+from graphs.heap import one_copy, table
 from graphs.index.bm25_terms import DocTerms, extend_vocab, score_matrix
 from graphs.index.meta import read_index_meta
 from graphs.manifest import atomic_write_json, checksum_tree, fsync_dir, fsync_file
@@ -200,6 +200,14 @@ class BM25Index:
             ) from exc
 
     # -- queries --------------------------------------------------------------------
+    def share_keys(self, keys: tuple[str, ...]) -> bool:
+        """Hold ``keys`` instead of this index's own copy when they list the same keys in the same order (the SKB
+        opened beside it); True when they do (``HNSWIndex.share_keys`` says why)."""
+        if keys is not self.keys and keys != self.keys:
+            return False
+        self.keys = keys
+        return True
+
     def __len__(self) -> int:
         return len(self.keys)
 
@@ -288,11 +296,15 @@ class BM25Index:
         dir = Path(dir)
 
         def parse(meta: dict[str, Any]) -> tuple[list[str], list[str], Any, Any]:
-            return [str(k) for k in meta["keys"]], [str(lab) for lab in meta["labels"]], meta["stemmer"], meta["stopwords"]
+            labels = list(one_copy(str(lab) for lab in meta["labels"]))
+            return [str(k) for k in meta["keys"]], labels, meta["stemmer"], meta["stopwords"]
 
         keys, labels, stemmer, stopwords = read_index_meta(dir, IDS_FILE, "BM25 index", checksums, parse)
         try:
-            retriever = bm25s.BM25.load(str(dir), show_progress=False)
+            # mapped: the score matrix is file pages that the processes answering on one machine share
+            retriever = bm25s.BM25.load(str(dir), show_progress=False, mmap=True)
+            for name in ("data", "indices", "indptr"):  # plain views: slicing a np.memmap makes a memmap per slice
+                retriever.scores[name] = np.asarray(retriever.scores[name])
         except (OSError, ValueError, KeyError) as exc:
             raise IndexCorruptError(f"BM25 files in {dir} cannot be read ({exc}) -- rebuild with `skb index`") from exc
         num_docs = int(retriever.scores["num_docs"])

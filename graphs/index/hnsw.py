@@ -31,7 +31,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.heap import table
+from graphs.heap import one_copy, positions, table
 from graphs.index.ann import ANNGraph, new_graph
 from graphs.index.hnsw_files import (
     FORMAT,
@@ -110,7 +110,7 @@ class HNSWIndex:
                               "(vectors.npy) -- rebuild the index")
         self._open_lock = threading.Lock()
         self._vectors = vectors
-        self._pos = {key: i for i, key in enumerate(keys)}
+        self._pos: Mapping[str, int] = positions(self.keys)  # graphs.heap: one per table in a process
         #: Slots marked deleted per graph file (``graphs.update`` patches a graph in place): a saved graph then holds
         #: this many elements beyond its live ones, which the id table records so that loading can check the count.
         self.deleted: dict[str, int] = {}
@@ -219,6 +219,16 @@ class HNSWIndex:
         return cls([], [], dim, params, new_graph(dim, 1, params, 100), {})
 
     # -- queries --------------------------------------------------------------------
+    def share_keys(self, keys: tuple[str, ...]) -> bool:
+        """Hold ``keys`` (and their positions, ``graphs.heap.positions``) instead of this index's own copies when
+        they list the same keys in the same order (the SKB opened beside it); True when they do. Why: the SKB,
+        this index and BM25 each read the graph's keys from their own files, three tables of them and two
+        dictionaries in every answering process (9 MB on a graph of 37,000 nodes)."""
+        if keys is not self.keys and keys != self.keys:
+            return False
+        self.keys, self._pos = keys, positions(keys)
+        return True
+
     def __len__(self) -> int:
         return len(self.keys)
 
@@ -489,7 +499,7 @@ class HNSWIndex:
                 int(meta["dim"]),
                 HNSWParams.model_validate(meta["params"]),
                 [str(k) for k in meta["keys"]],
-                [str(lab) for lab in meta["labels"]],
+                list(one_copy(str(lab) for lab in meta["labels"])),
                 {str(k): str(v) for k, v in meta["label_files"].items()},
                 None if meta["global"] is None else str(meta["global"]),
                 meta.get("shards"),

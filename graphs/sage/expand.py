@@ -14,29 +14,19 @@ for a reader (an LLM answering from mixed evidence) rather than for ranked retri
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from graphs.heap import positions, table
 from graphs.index.hybrid import fuse
 
 #: Neighbours kept per seed before ranking (hubs are sampled in edge order beyond this).
 DEFAULT_NEIGHBOR_CAP = 200
 
-_POS_CACHE: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
-_POS_LOCK = threading.Lock()
-
-
-def _bm25_positions(bm25: Any) -> dict[str, int]:
-    with _POS_LOCK:
-        table = _POS_CACHE.get(bm25)
-        if table is None:
-            table = {key: i for i, key in enumerate(bm25.keys)}
-            _POS_CACHE[bm25] = table
-        return table
+def _bm25_positions(bm25: Any) -> Mapping[str, int]:
+    return positions(table(bm25.keys))  # graphs.heap: the SKB's own dictionary where BM25 holds its keys
 
 
 def neighbors(

@@ -39,7 +39,7 @@ from typing import Any, Literal, NamedTuple, NoReturn, cast, overload
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.heap import table
+from graphs.heap import positions, table
 from graphs.manifest import rebuild_hint
 from graphs.skb.compact_write import (
     _ARRAYS,
@@ -263,7 +263,7 @@ class CompactSKB(SKB):
                 f"the compact SKB in {compact} has arrays of inconsistent lengths for {n} nodes and {m} edges "
                 f"-- {rebuild_hint(directory.parent)}"
             )
-        self._index = {key: i for i, key in enumerate(keys)}
+        self._index = positions(self._keys)  # graphs.heap: one per table, shared with the indexes that hold it
         self._lock = threading.Lock()
         self.name = name
         self.node_types = {t.label: t for t in node_types}

@@ -6,12 +6,14 @@ container, so such tables made each collection, and the question it interrupts, 
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 
 from agent.api import ask
 from agent.config import AgentConfig
 from graphs.bundle import IndexBundle
-from graphs.heap import table, untracked_meta
+from graphs.heap import one_copy, positions, table, untracked_meta
+from tools.common import embedding_matrix
 
 
 def test_read_only_tables_are_tuples_and_json_metas_hold_them() -> None:
@@ -131,3 +133,41 @@ def test_paused_gc_stops_automatic_collections_and_restores_the_callers_state() 
     except ValueError:
         pass
     assert gc.isenabled()
+
+
+def test_an_opened_index_holds_one_table_of_keys_and_one_string_per_label(hpo_index_dir: Path) -> None:
+    bundle = IndexBundle.open(hpo_index_dir)
+    try:
+        keys = bundle.skb.node_keys()
+        assert bundle.hnsw.keys is keys and bundle.bm25.keys is keys  # the SKB's table, not two more copies
+        assert embedding_matrix(bundle).row is positions(keys)  # and one key -> row dictionary of it
+        for index in (bundle.hnsw, bundle.bm25):
+            assert len({id(label) for label in index.labels}) == len(set(index.labels))
+        some = keys[len(keys) // 2]
+        assert some in bundle.hnsw and "no such key" not in bundle.hnsw
+        assert bundle.hnsw.vector(some).shape == (bundle.hnsw.dim,)
+        name = bundle.skb.nodes[some].name
+        assert some in [h.key for h in bundle.search(name, mode="bm25", k=20)]  # the shared tables still answer
+        assert some in [h.key for h in bundle.search(name, mode="vss", k=20)]
+        # another order (an index not built beside this SKB) keeps its own table
+        assert not bundle.bm25.share_keys(tuple(reversed(keys))) and bundle.bm25.keys is keys
+    finally:
+        bundle.close()
+
+
+def test_positions_are_one_dictionary_per_table_while_one_is_held() -> None:
+    keys = tuple(f"k{i}" for i in range(100))
+    first = positions(keys)
+    assert first == {key: i for i, key in enumerate(keys)} and positions(keys) is first
+    equal = tuple(list(keys))
+    assert positions(equal) is not first and positions(equal) == first  # another table: its own
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None  # nobody holds it: the cache does not either
+
+
+def test_one_copy_keeps_order_and_values() -> None:
+    values = [str(n % 3) * 2 for n in range(30)]
+    held = one_copy(values)
+    assert list(held) == values and len({id(v) for v in held}) == 3

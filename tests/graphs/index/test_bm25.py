@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from graphs.errors import ConfigError, IndexCorruptError, IndexNotFoundError
@@ -147,6 +148,11 @@ def test_save_load_round_trip(index: BM25Index, tmp_path: Path) -> None:
     for query in ["seizure", "short stature", "ataxia tremor", "the", "running"]:
         for label in (None, "Disease", "Phenotype"):
             assert loaded.search(query, 10, label=label) == index.search(query, 10, label=label)
+    # the score matrix is mapped from its files (pages the processes on one machine share), as plain arrays
+    maps = Path("/proc/self/maps").read_text()
+    for name in ("data", "indices", "indptr"):
+        assert str(target / f"{name}.csc.index.npy") in maps
+        assert type(loaded._retriever.scores[name]) is np.ndarray
     # Saving again replaces the directory wholesale and leaves no temp or old dirs behind.
     files_again = index.save(target)
     assert files_again == files
