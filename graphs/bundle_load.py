@@ -60,8 +60,9 @@ def _share_keys(skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:
     if isinstance(skb, CompactSKB):
         keys = skb.node_keys()
         assert isinstance(keys, tuple)
-        hnsw.share_keys(keys)
-        bm25.share_keys(keys)
+        positions = skb.key_positions()
+        hnsw.share_keys(keys, positions)
+        bm25.share_keys(keys, positions)
 
 
 def _check_artifacts(index_dir: Path, manifest: Manifest, skb: SKB, hnsw: HNSWIndex, bm25: BM25Index) -> None:

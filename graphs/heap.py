@@ -20,7 +20,6 @@ import functools
 import gc
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -41,38 +40,6 @@ def one_copy(values: Iterable[str]) -> tuple[str, ...]:
     nodes (2 MB a table on a graph of 37,000 nodes)."""
     seen: dict[str, str] = {}
     return tuple(seen.setdefault(value, value) for value in values)
-
-
-class Positions(dict[str, int]):
-    """Each key's place in one table of keys (a dict, weakly referable, that holds its table alive)."""
-
-    __slots__ = ("__weakref__", "table")
-    table: tuple[str, ...]
-
-
-_POSITIONS: weakref.WeakValueDictionary[int, Positions] = weakref.WeakValueDictionary()
-_POSITIONS_LOCK = threading.Lock()
-
-
-def positions(keys: tuple[str, ...]) -> Positions:
-    """Each key's place in ``keys``: one dictionary per table, however many parts of the process ask for it.
-
-    Why: the SKB, the HNSW index, the embedding matrix and SAGE's BM25 lookup each made a key -> row dictionary
-    of the same table (2 MB each on a graph of 37,000 nodes, in every answering process). The dictionary lives
-    while one of them holds it (and holds ``keys`` alive with it, so a table's id names it while it is cached).
-    Read it, never change it."""
-    with _POSITIONS_LOCK:
-        found = _POSITIONS.get(id(keys))
-        if found is not None and found.table is keys:
-            return found
-    made = Positions((key, i) for i, key in enumerate(keys))
-    made.table = keys
-    with _POSITIONS_LOCK:
-        found = _POSITIONS.get(id(keys))
-        if found is not None and found.table is keys:
-            return found
-        _POSITIONS[id(keys)] = made
-    return made
 
 
 def untracked_meta(meta: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from langchain_core.tools import InjectedToolArg, StructuredTool, ToolException
 from langchain_core.tools.base import FILTERED_ARGS, _format_output, _handle_tool_error, _handle_validation_error
 from pydantic import BaseModel, ValidationError, model_validator
 
-from graphs.heap import positions, table
 from graphs.skb.model import SKB, GraphSchema
 from graphs.text_safety import clean_text
 
@@ -236,8 +235,9 @@ class EmbeddingMatrix:
     those neighbours; asking the HNSW index for one vector per key costs a Python round trip each.
     """
 
-    def __init__(self, keys: Sequence[str], matrix: np.ndarray) -> None:
-        self.row: Mapping[str, int] = positions(table(keys))  # graphs.heap: the index's own, when it is its table
+    def __init__(self, keys: Sequence[str], matrix: np.ndarray, row: Mapping[str, int] | None = None) -> None:
+        """``row``: each key's row where the caller has it (the index's own dictionary), else made here."""
+        self.row: Mapping[str, int] = {key: i for i, key in enumerate(keys)} if row is None else row
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.matrix.setflags(write=False)
 
@@ -263,7 +263,7 @@ def embedding_matrix(bundle: IndexBundle) -> EmbeddingMatrix:
         if hit is not None and hit[0] is hnsw:
             return hit[1]
         keys = hnsw.keys  # a tuple (graphs.heap)
-        matrix = EmbeddingMatrix(keys, hnsw.vectors(keys))
+        matrix = EmbeddingMatrix(keys, hnsw.vectors(keys), hnsw.key_positions())
         _matrices[id(hnsw)] = (hnsw, matrix)
         for ident in [i for i, (h, _) in _matrices.items() if h is not hnsw and i != id(hnsw)][:-3]:
             _matrices.pop(ident, None)  # keep a few indexes' matrices, not every one ever opened

@@ -19,7 +19,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,7 @@ class BM25Index:
         stopwords: str | list[str] | None,
     ) -> None:
         self.keys = table(keys)  # graphs.heap: untracked by the garbage collector
+        self._positions: Mapping[str, int] | None = None
         self.labels = table(labels)
         self.stemmer_language = stemmer
         self.stopwords = stopwords
@@ -200,13 +201,19 @@ class BM25Index:
             ) from exc
 
     # -- queries --------------------------------------------------------------------
-    def share_keys(self, keys: tuple[str, ...]) -> bool:
-        """Hold ``keys`` instead of this index's own copy when they list the same keys in the same order (the SKB
-        opened beside it); True when they do (``HNSWIndex.share_keys`` says why)."""
+    def share_keys(self, keys: tuple[str, ...], positions: Mapping[str, int]) -> bool:
+        """Hold ``keys`` and their ``positions`` instead of this index's own copies when they list the same keys in
+        the same order (the SKB opened beside it); True when they do (``HNSWIndex.share_keys`` says why)."""
         if keys is not self.keys and keys != self.keys:
             return False
-        self.keys = keys
+        self.keys, self._positions = keys, positions
         return True
+
+    def key_positions(self) -> Mapping[str, int]:
+        """Each key's row (the SKB's dictionary once shared, else made on first use). Read it, never change it."""
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self.keys)}
+        return self._positions
 
     def __len__(self) -> int:
         return len(self.keys)

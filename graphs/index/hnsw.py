@@ -31,7 +31,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.heap import one_copy, positions, table
+from graphs.heap import one_copy, table
 from graphs.index.ann import ANNGraph, new_graph
 from graphs.index.hnsw_files import (
     FORMAT,
@@ -110,7 +110,7 @@ class HNSWIndex:
                               "(vectors.npy) -- rebuild the index")
         self._open_lock = threading.Lock()
         self._vectors = vectors
-        self._pos: Mapping[str, int] = positions(self.keys)  # graphs.heap: one per table in a process
+        self._pos: Mapping[str, int] = {key: i for i, key in enumerate(keys)}
         #: Slots marked deleted per graph file (``graphs.update`` patches a graph in place): a saved graph then holds
         #: this many elements beyond its live ones, which the id table records so that loading can check the count.
         self.deleted: dict[str, int] = {}
@@ -219,15 +219,20 @@ class HNSWIndex:
         return cls([], [], dim, params, new_graph(dim, 1, params, 100), {})
 
     # -- queries --------------------------------------------------------------------
-    def share_keys(self, keys: tuple[str, ...]) -> bool:
-        """Hold ``keys`` (and their positions, ``graphs.heap.positions``) instead of this index's own copies when
-        they list the same keys in the same order (the SKB opened beside it); True when they do. Why: the SKB,
-        this index and BM25 each read the graph's keys from their own files, three tables of them and two
-        dictionaries in every answering process (9 MB on a graph of 37,000 nodes)."""
+    def share_keys(self, keys: tuple[str, ...], positions: Mapping[str, int]) -> bool:
+        """Hold ``keys`` and their ``positions`` instead of this index's own copies when they list the same keys in
+        the same order (the SKB opened beside it); True when they do. Why: the SKB, this index and BM25 each read
+        the graph's keys from their own files, and the SKB, this index, the embedding matrix and SAGE each made a
+        key -> row dictionary: three tables and four dictionaries of the same keys in every answering process
+        (13 MB on a graph of 37,000 nodes)."""
         if keys is not self.keys and keys != self.keys:
             return False
-        self.keys, self._pos = keys, positions(keys)
+        self.keys, self._pos = keys, positions
         return True
+
+    def key_positions(self) -> Mapping[str, int]:
+        """Each key's row: this index's own dictionary (the SKB's, once shared). Read it, never change it."""
+        return self._pos
 
     def __len__(self) -> int:
         return len(self.keys)

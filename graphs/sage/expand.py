@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from graphs.heap import positions, table
 from graphs.index.hybrid import fuse
 
 #: Neighbours kept per seed before ranking (hubs are sampled in edge order beyond this).
 DEFAULT_NEIGHBOR_CAP = 200
 
 def _bm25_positions(bm25: Any) -> Mapping[str, int]:
-    return positions(table(bm25.keys))  # graphs.heap: the SKB's own dictionary where BM25 holds its keys
+    known = getattr(bm25, "key_positions", None)  # the SKB's dictionary where BM25 shares its keys
+    return known() if callable(known) else {key: i for i, key in enumerate(bm25.keys)}
 
 
 def neighbors(

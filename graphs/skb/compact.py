@@ -39,7 +39,7 @@ from typing import Any, Literal, NamedTuple, NoReturn, cast, overload
 import numpy as np
 
 from graphs.errors import ConfigError, IndexCorruptError
-from graphs.heap import positions, table
+from graphs.heap import table
 from graphs.manifest import rebuild_hint
 from graphs.skb.compact_write import (
     _ARRAYS,
@@ -263,7 +263,7 @@ class CompactSKB(SKB):
                 f"the compact SKB in {compact} has arrays of inconsistent lengths for {n} nodes and {m} edges "
                 f"-- {rebuild_hint(directory.parent)}"
             )
-        self._index = positions(self._keys)  # graphs.heap: one per table, shared with the indexes that hold it
+        self._index = {key: i for i, key in enumerate(keys)}
         self._lock = threading.Lock()
         self.name = name
         self.node_types = {t.label: t for t in node_types}
@@ -522,6 +522,11 @@ class CompactSKB(SKB):
                 rank[np.asarray(order, dtype=np.int64)] = np.arange(len(self._keys), dtype=rank.dtype)
                 self._key_rank = rank
             return self._key_rank
+
+    def key_positions(self) -> Mapping[str, int]:
+        """Each node key's position in node order: the SKB's own dictionary, which the indexes opened beside it
+        share (``graphs.bundle_load``). Read it, never change it."""
+        return self._index
 
     def positions(self, keys: Sequence[str]) -> np.ndarray:
         """Node ids (positions in node order) of ``keys``; KeyError for a key not in the SKB."""

@@ -6,13 +6,12 @@ container, so such tables made each collection, and the question it interrupts, 
 from __future__ import annotations
 
 import gc
-import weakref
 from pathlib import Path
 
 from agent.api import ask
 from agent.config import AgentConfig
 from graphs.bundle import IndexBundle
-from graphs.heap import one_copy, positions, table, untracked_meta
+from graphs.heap import one_copy, table, untracked_meta
 from tools.common import embedding_matrix
 
 
@@ -140,7 +139,9 @@ def test_an_opened_index_holds_one_table_of_keys_and_one_string_per_label(hpo_in
     try:
         keys = bundle.skb.node_keys()
         assert bundle.hnsw.keys is keys and bundle.bm25.keys is keys  # the SKB's table, not two more copies
-        assert embedding_matrix(bundle).row is positions(keys)  # and one key -> row dictionary of it
+        rows = bundle.skb.key_positions()  # and one key -> row dictionary of it
+        assert bundle.hnsw.key_positions() is rows and bundle.bm25.key_positions() is rows
+        assert embedding_matrix(bundle).row is rows
         for index in (bundle.hnsw, bundle.bm25):
             assert len({id(label) for label in index.labels}) == len(set(index.labels))
         some = keys[len(keys) // 2]
@@ -150,21 +151,9 @@ def test_an_opened_index_holds_one_table_of_keys_and_one_string_per_label(hpo_in
         assert some in [h.key for h in bundle.search(name, mode="bm25", k=20)]  # the shared tables still answer
         assert some in [h.key for h in bundle.search(name, mode="vss", k=20)]
         # another order (an index not built beside this SKB) keeps its own table
-        assert not bundle.bm25.share_keys(tuple(reversed(keys))) and bundle.bm25.keys is keys
+        assert not bundle.bm25.share_keys(tuple(reversed(keys)), {}) and bundle.bm25.keys is keys
     finally:
         bundle.close()
-
-
-def test_positions_are_one_dictionary_per_table_while_one_is_held() -> None:
-    keys = tuple(f"k{i}" for i in range(100))
-    first = positions(keys)
-    assert first == {key: i for i, key in enumerate(keys)} and positions(keys) is first
-    equal = tuple(list(keys))
-    assert positions(equal) is not first and positions(equal) == first  # another table: its own
-    ref = weakref.ref(first)
-    del first
-    gc.collect()
-    assert ref() is None  # nobody holds it: the cache does not either
 
 
 def test_one_copy_keeps_order_and_values() -> None:
