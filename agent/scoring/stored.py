@@ -254,20 +254,27 @@ def link_pairs(
     keys = skb.node_keys()
     n = len(keys)
     row_nodes = np.flatnonzero(np.asarray(node_label) == labels.index(row_label)) if row_label in labels else np.zeros(0, dtype=np.int64)
-    row_of = np.full(n, -1, dtype=np.int64)
-    row_of[row_nodes] = np.arange(len(row_nodes))
-    col_of = np.full(n, -1, dtype=np.int64)
+    # int32 positions and one direction at a time: the temporaries over a relation's edges were 16 MB on HPO's
+    # largest, memory a process's allocator kept
+    idx = np.int32 if n < 2**31 else np.int64
+    row_of = np.full(n, -1, dtype=idx)
+    row_of[row_nodes] = np.arange(len(row_nodes), dtype=idx)
+    col_of = np.full(n, -1, dtype=idx)
     if target_index:
-        col_of[skb.positions(list(target_index))] = np.fromiter(target_index.values(), dtype=np.int64, count=len(target_index))
-    if rel in rels:
-        mask = np.asarray(rel_ids) == rels.index(rel)
-        s, d = np.asarray(src)[mask], np.asarray(dst)[mask]
-    else:
-        s = d = np.zeros(0, dtype=np.int64)
-    a, b = np.concatenate([s, d]), np.concatenate([d, s])
-    rows, cols = row_of[a], col_of[b]
-    keep = (rows >= 0) & (cols >= 0)
-    return row_nodes, rows[keep], cols[keep]
+        col_of[skb.positions(list(target_index))] = np.fromiter(target_index.values(), dtype=idx, count=len(target_index))
+    if rel not in rels:
+        return row_nodes, np.zeros(0, dtype=idx), np.zeros(0, dtype=idx)
+    mask = np.asarray(rel_ids) == rels.index(rel)
+    s, d = np.asarray(src)[mask], np.asarray(dst)[mask]
+    del mask
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    for one, other in ((s, d), (d, s)):  # either direction
+        r, c = row_of[one], col_of[other]
+        keep = (r >= 0) & (c >= 0)
+        rows.append(r[keep])
+        cols.append(c[keep])
+    return row_nodes, np.concatenate(rows), np.concatenate(cols)
 
 
 # -- the models a question uses: stored or computed once per SKB -----------------------------
@@ -342,7 +349,7 @@ def link_matrix(skb: SKB, rel: str, row_label: str, col_model: AnnotationModel) 
                         r_list.append(ri)
                         c_list.append(ci)
         mat = sparse.csr_matrix(
-            (np.ones(len(r), dtype=np.float32), (np.array(r, dtype=np.int64), np.array(c, dtype=np.int64))),
+            (np.ones(len(r), dtype=np.float32), (np.asarray(r), np.asarray(c))),
             shape=(len(rows_keys), len(col_model.targets)),
         )
         mat.sum_duplicates()
