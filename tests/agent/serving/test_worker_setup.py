@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from typing import Any
@@ -46,3 +47,27 @@ def test_the_serving_ray_runs_the_hook_in_its_processes(monkeypatch: pytest.Monk
     assert seen["runtime_env"] == {"worker_process_setup_hook": HOOK}
     module, _, name = HOOK.rpartition(".")
     assert getattr(importlib.import_module(module), name) is without_pandas  # the name Ray imports resolves
+
+
+def test_the_processes_of_the_serving_ray_run_without_pandas() -> None:
+    """A Ray started as `skb serve` starts it (in a process of its own: the tests' Ray is shared)."""
+    script = (
+        "import sys\n"
+        "import ray\n"
+        "from agent.serving.replicas import init_ray\n"
+        "init_ray()\n"
+        "@ray.remote\n"
+        "def modules():\n"
+        "    import ray.serve._private.utils as utils\n"
+        "    return sys.modules.get('pandas', 'absent'), utils.pd\n"
+        "try:\n"
+        "    print(ray.get(modules.remote(), timeout=120))\n"
+        "finally:\n"
+        "    ray.shutdown()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "(None, None)"  # marked not importable; Ray Serve went without
