@@ -20,6 +20,10 @@ those seen at the last full check (or when asked with ``full_check=True``), so a
 start does not hash 90 MB. A file that fails the check is rebuilt from the weights: it is
 derived data, never a source of truth.
 
+Beside it, once per machine, the model as ONNX Runtime optimised it, its weights packed into the layout of this
+processor's kernels (``packed_model``): each session loads that and maps the packed weights, where it would
+otherwise pack a copy of its own on the heap.
+
 Only the builder imports ``onnx`` (and, for int8, ``onnxruntime.quantization``); the query
 path needs ``onnxruntime``, ``tokenizers`` and numpy.
 """
