@@ -9,7 +9,8 @@ replica does (`SKBToolkit` with ``ask``, the embedder and graph store warmed, th
 built), then loads each lazily opened part on purpose (the HNSW graph of each label, the phrase index, the
 lexicon) and asks questions, reading ``/proc/self/smaps_rollup`` after each step: the growth of anonymous memory
 is what that part costs every replica. At the end ``/proc/self/smaps`` is summed per mapped file, and the largest
-anonymous mappings are listed (hnswlib allocates each graph as one block: its size gives it away). Writes
+anonymous mappings are listed (hnswlib allocates each graph as one block: its size gives it away). The questions are
+made in another process (making them lists every node of the graph, which a replica never does). Writes
 ``replica-memory.json`` and ``README.md`` to ``--out``.
 """
 
@@ -68,7 +69,26 @@ def mappings() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [{k: round(v, 1) if isinstance(v, float) else v for k, v in e.items()} for e in files], largest
 
 
+def _make_questions(index_dir: str, n: int) -> list[str]:
+    from evals.studies.load_test import make_questions
+    from graphs.bundle import IndexBundle
+
+    with IndexBundle.open(Path(index_dir)) as bundle:
+        return make_questions(bundle, n)
+
+
+def questions_elsewhere(index_dir: Path, n: int) -> list[str]:
+    """The load test's questions, made in a process of their own: making them lists every node of the graph (30 MB
+    of node objects on HPO), which no replica does, so this process must not hold them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_make_questions, str(index_dir), n).result()
+
+
 def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
+    asked = questions_elsewhere(index_dir, questions)
     steps: list[dict[str, Any]] = []
     last: dict[str, float] = {}
 
@@ -85,7 +105,6 @@ def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
     step("interpreter")
     from agent.serving.endpoints import build_serve_app
     from agent.serving.toolkit import SKBToolkit
-    from evals.studies.load_test import make_questions
     from graphs.index.phrases import has_phrase_index, phrase_index_for
 
     step("imports (the agent, LangGraph, the MCP server)")
@@ -107,7 +126,6 @@ def run_study(index_dir: Path, questions: int) -> dict[str, Any]:
     toolkit.graph()  # not ``bundle.lexicon``: no question reads it (the linker has its own), so no replica holds it
     build_serve_app(toolkit)
     step("agent compiled, HTTP app")
-    asked = make_questions(bundle, questions)
     done = 0
     for n in sorted({min(5, questions), min(25, questions), questions}):
         for question in asked[done:n]:

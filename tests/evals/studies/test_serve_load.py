@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from evals.studies.serve_load import Level, Memory, SameAnswers, ServeLoadReport, markdown, memory_of
@@ -69,3 +70,21 @@ def test_cpu_is_counted_per_role_from_proc_and_tabled_per_question() -> None:
     )  # fmt: skip
     text = markdown(report)
     assert "| replicas | clients | replicas | Ray proxy | cores busy |" in text and "| 2 | 16 | 150.0 | 12.5 | 1.90 |" in text
+
+
+def test_the_memory_study_makes_its_questions_in_another_process(hpo_index_dir: Path) -> None:
+    """The load test's questions list every node of the graph; the study's process must not hold those objects."""
+    import gc
+
+    from evals.studies.load_test import make_questions
+    from evals.studies.replica_memory import questions_elsewhere
+    from graphs.bundle import IndexBundle
+    from graphs.skb.model import Node
+
+    gc.collect()
+    nodes_before = sum(isinstance(o, Node) for o in gc.get_objects())
+    made = questions_elsewhere(hpo_index_dir, 20)
+    gc.collect()
+    assert sum(isinstance(o, Node) for o in gc.get_objects()) == nodes_before
+    with IndexBundle.open(hpo_index_dir) as bundle:
+        assert made == make_questions(bundle, 20)
