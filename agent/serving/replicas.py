@@ -212,12 +212,14 @@ def proxy_env() -> None:
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
 
 
-def init_ray(address: str | None = None) -> None:
+def init_ray(address: str | None = None, *, include_dashboard: bool | None = None) -> None:
     """Start (or join, at ``address``) the Ray that serves: its proxies answer for a dead replica
-    (``proxy_env``), and the processes of this job skip pandas (``agent.serving.worker_setup``)."""
+    (``proxy_env``), and the processes of this job skip pandas (``agent.serving.worker_setup``).
+    ``include_dashboard``: as ``ray.init`` takes it (None: Ray decides; the load study turns it off)."""
     proxy_env()
+    extra: dict[str, Any] = {} if include_dashboard is None else {"include_dashboard": include_dashboard}
     ray.init(address=address, log_to_driver=False, configure_logging=False,
-             runtime_env={"worker_process_setup_hook": HOOK})  # fmt: skip
+             runtime_env={"worker_process_setup_hook": HOOK}, **extra)  # fmt: skip
 
 
 def _reclaim_sigterm() -> None:

@@ -206,7 +206,7 @@ def run_study(
         questions = make_questions(bundle, 2000)
     load_before = [round(x, 2) for x in os.getloadavg()]
     if not ray.is_initialized():
-        init_ray()
+        init_ray(include_dashboard=False)  # the replicas' machine, not the dashboard's
     levels: list[Level] = []
     memory: dict[str, list[Memory]] = {}
     graph: Memory | None = None

@@ -45,6 +45,9 @@ def test_the_serving_ray_runs_the_hook_in_its_processes(monkeypatch: pytest.Monk
     replicas.init_ray("ray://cluster:10001")
     assert seen["address"] == "ray://cluster:10001"
     assert seen["runtime_env"] == {"worker_process_setup_hook": HOOK}
+    assert "include_dashboard" not in seen  # Ray decides, as it did before
+    replicas.init_ray(include_dashboard=False)
+    assert seen["address"] is None and seen["include_dashboard"] is False
     module, _, name = HOOK.rpartition(".")
     assert getattr(importlib.import_module(module), name) is without_pandas  # the name Ray imports resolves
 
