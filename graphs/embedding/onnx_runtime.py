@@ -135,6 +135,21 @@ def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bo
     return True
 
 
+def _verified_and_recorded(
+    sidecar: dict[str, Any], sidecar_path: Path, model_path: Path, full_check: bool
+) -> bool | None:
+    """``_verified``, and where it hashed the files, the stat it saw written to the sidecar so that the next start
+    does not hash again (a read-only cache still serves: the stat is then checked by hash again next time)."""
+    before = dict(sidecar.get("verified_stat") or {})
+    verified = _verified(sidecar, model_path, full_check)
+    if verified and sidecar["verified_stat"] != before:
+        try:
+            _write_sidecar(sidecar_path, sidecar)
+        except OSError as exc:
+            log.info("cannot record the checked model's stat in %s (%s)", sidecar_path, exc)
+    return verified
+
+
 def _cache_paths(source_dir: Path, variant: str, cache_dir: Path) -> tuple[Path, Path]:
     # One file per model directory (two installs of different wheel versions do not evict each other).
     where = hashlib.sha256(str(source_dir.resolve()).encode("utf-8")).hexdigest()[:12]
@@ -192,14 +207,8 @@ def ensure_onnx_model(
         elif not _source_matches(sidecar, weights):
             reason = "the model weights changed"
         else:
-            before = dict(sidecar.get("verified_stat") or {})
-            verified = _verified(sidecar, model_path, full_check)
+            verified = _verified_and_recorded(sidecar, sidecar_path, model_path, full_check)
             if verified:
-                if sidecar["verified_stat"] != before:
-                    try:  # the stat seen, so the next start does not hash again; a read-only cache still serves
-                        _write_sidecar(sidecar_path, sidecar)
-                    except OSError as exc:
-                        log.info("cannot record the checked model's stat in %s (%s)", sidecar_path, exc)
                 return CachedModel(model_path, str(sidecar["sha256"]), None, rebuilt=False)
             reason = "its weights file is missing" if verified is None else "checksum mismatch"
     log.info("building the ONNX model %s (%s)", model_path, reason)
@@ -272,15 +281,11 @@ def packed_model(model: CachedModel) -> Path | None:
     machine = _machine_key()
     path, sidecar_path = _packed_paths(model, machine)
     sidecar = _read_sidecar(sidecar_path)
-    if sidecar is not None and sidecar.get("format") == PACKED_FORMAT and sidecar.get("model_sha256") == model.sha256:
-        before = dict(sidecar.get("verified_stat") or {})
-        if _verified(sidecar, path, full_check=False):
-            if sidecar["verified_stat"] != before:
-                try:
-                    _write_sidecar(sidecar_path, sidecar)
-                except OSError as exc:
-                    log.info("cannot record the checked packed model's stat in %s (%s)", sidecar_path, exc)
-            return path
+    if (
+        sidecar is not None and sidecar.get("format") == PACKED_FORMAT and sidecar.get("model_sha256") == model.sha256
+        and _verified_and_recorded(sidecar, sidecar_path, path, full_check=False)
+    ):
+        return path
     try:
         files = _write_packed(model.path, path)
         _write_sidecar(sidecar_path, {
