@@ -91,6 +91,16 @@ def _model_files(model_path: Path) -> dict[str, Path]:
     return {"graph": model_path, "data": external_data_path(model_path)}
 
 
+def _file_records(model_path: Path) -> dict[str, dict[str, Any]]:
+    """Each of the model's two files' size and sha256, as its sidecar records them."""
+    return {name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for name, f in _model_files(model_path).items()}
+
+
+def _stats(model_path: Path) -> dict[str, dict[str, int]]:
+    """Each of the model's two files' stat, as its sidecar records the last one checked."""
+    return {name: _stat_key(f) for name, f in _model_files(model_path).items()}
+
+
 def _write_split(model_path: Path, data: bytes) -> dict[str, dict[str, Any]]:
     """Write the model as its graph and an external data file, each replaced whole: both are written in a
     directory beside them first (a crash leaves the old pair or a pair the sidecar's hashes reject).
@@ -106,7 +116,7 @@ def _write_split(model_path: Path, data: bytes) -> dict[str, dict[str, Any]]:
                         location=target.name, size_threshold=EXTERNAL_MIN_BYTES)  # fmt: skip
         os.replace(Path(tmp) / target.name, target)
         os.replace(staged, model_path)
-    return {name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for name, f in _model_files(model_path).items()}
+    return _file_records(model_path)
 
 
 def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bool | None:
@@ -119,7 +129,7 @@ def _verified(sidecar: dict[str, Any], model_path: Path, full_check: bool) -> bo
     recorded, seen = sidecar.get("files"), sidecar.get("verified_stat")
     if not isinstance(recorded, dict) or not isinstance(seen, dict):
         return False
-    stats = {name: _stat_key(f) for name, f in files.items()}
+    stats = _stats(model_path)
     if not full_check and all(
         seen.get(name) == stats[name] and stats[name]["size"] == (recorded.get(name) or {}).get("size") for name in files
     ):
@@ -225,7 +235,7 @@ def ensure_onnx_model(
             "sha256": digest,
             "size": len(data),
             "files": files,
-            "verified_stat": {name: _stat_key(f) for name, f in _model_files(model_path).items()},
+            "verified_stat": _stats(model_path),
             "source": {"dir": str(source_dir.resolve()), "sha256": sha256_file(weights), "stat": _stat_key(weights)},
         }
         _write_sidecar(sidecar_path, record)
@@ -290,7 +300,7 @@ def packed_model(model: CachedModel) -> Path | None:
         files = _write_packed(model.path, path)
         _write_sidecar(sidecar_path, {
             "format": PACKED_FORMAT, "model_sha256": model.sha256, "machine": machine, "onnxruntime": ort.__version__,
-            "files": files, "verified_stat": {name: _stat_key(f) for name, f in _model_files(path).items()},
+            "files": files, "verified_stat": _stats(path),
         })  # fmt: skip
     except Exception as exc:  # noqa: BLE001 -- OSError, or onnxruntime's own error types: the model still loads unpacked
         log.warning("cannot write the packed ONNX model %s (%s); each process packs its own weights", path, exc)
@@ -317,7 +327,7 @@ def _write_packed(source: Path, path: Path) -> dict[str, dict[str, Any]]:
         ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
         os.replace(Path(tmp) / data.name, data)
         os.replace(Path(tmp) / path.name, path)
-    return {name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for name, f in _model_files(path).items()}
+    return _file_records(path)
 
 
 def _drop_other_versions(model: CachedModel, machine: str, version: str) -> None:
