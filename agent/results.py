@@ -77,7 +77,11 @@ class AgentResult(_JsonModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
-    tool_output_tokens: int = Field(default=0, description="tokens (graphs.tokens) of the tool results' model-facing text")
+    tool_output_tokens: int = Field(
+        default=0,
+        description="tokens (graphs.tokens) of the tool results' text a model read (0 where the offline planner "
+        "planned: it reads the typed results)",
+    )
     usage_by_stage: dict[str, StageUsage] = Field(default_factory=dict)
     stopped_by_budget: Literal["llm_calls", "prompt_tokens", "wall_time"] | None = Field(
         default=None, description="the per-question budget that stopped the LLM calls, if one did"

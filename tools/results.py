@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -47,6 +49,34 @@ LINE_TEXT_CHARS = 80
 def estimate_tokens(text: str) -> int:
     """Tokens of ``text`` as the budgets count them: ``graphs.tokens.count_tokens`` (a real tokenizer)."""
     return count_tokens(text)
+
+
+#: True where no model reads the tools' text (see ``unread_by_model``).
+_UNREAD: ContextVar[bool] = ContextVar("skb_tool_text_unread", default=False)
+
+
+@contextmanager
+def unread_by_model(unread: bool = True) -> Iterator[None]:
+    """Within it (in this context and the threads it is copied into), tool text is read by no model: budgets
+    are held by ``graphs.tokens.token_bound``, which needs no tokenizer.
+
+    Why: the offline planner reads a result's typed artifact, never its text; counting that text with a real
+    tokenizer was about a tenth of an offline question's CPU. The text still fits its budget in real tokens
+    (the bound is an upper bound); it may hold fewer items than a counted fit would."""
+    token = _UNREAD.set(unread)
+    try:
+        yield
+    finally:
+        _UNREAD.reset(token)
+
+
+def budget_measure(text: str) -> int:
+    """What a budget holds ``text`` to: its real tokens, or where no model reads it, their upper bound."""
+    return token_bound(text) if _UNREAD.get() else count_tokens(text)
+
+
+def _bounds(texts: Sequence[str]) -> list[int]:
+    return [token_bound(text) for text in texts]
 
 
 def _cut(text: str, limit: int = LINE_TEXT_CHARS) -> str:
@@ -89,8 +119,9 @@ def _fit_json(
     else:
         if len(rendered) >= count:
             return "".join([empty[:-2], ",".join(rendered), "]}"])
-    reserve = count_tokens(tail_text) + 2
-    used = count_tokens(empty)
+    measure, measure_many = (token_bound, _bounds) if _UNREAD.get() else (count_tokens, count_tokens_many)
+    reserve = measure(tail_text) + 2
+    used = measure(empty)
     kept: list[str] = []
     sizes: list[int] = []
     iterator = itertools.chain(rendered, (_compact(item) for item in source))
@@ -111,7 +142,7 @@ def _fit_json(
                 break
         if not chunk:
             break
-        counts = count_tokens_many(chunk)
+        counts = measure_many(chunk)
         counted_chars += sum(map(len, chunk))
         counted_tokens += sum(counts)
         per_char = counted_tokens / max(1, counted_chars)
@@ -134,7 +165,7 @@ def _fit_json(
 
     text = render(kept)
     # the sum of the parts' counts is close, not exact, at the joins: the whole is checked once
-    while kept and count_tokens(text) > budget:
+    while kept and measure(text) > budget:
         kept.pop()
         text = render(kept)
     return text
@@ -387,7 +418,7 @@ class ToolError(_Result):
         error = self.error.model_dump()
         text = _compact({"error": error})
         limit = max(1, budget_tokens) * CHARS_PER_TOKEN
-        if count_tokens(text) > budget_tokens:  # keep it JSON: shorten the message and hint, not the structure
+        if budget_measure(text) > budget_tokens:  # keep it JSON: shorten the message and hint, not the structure
             room = max(20, (limit - 80 - len(error["type"])) // 2)
             error = {**error, "message": _cut(error["message"], room), "hint": _cut(error["hint"], room)}
             text = _compact({"error": error})
@@ -494,9 +525,11 @@ __all__ = [
     "ToolProvenance",
     "ToolResult",
     "TripleRow",
+    "budget_measure",
     "estimate_tokens",
     "names_relationship_types",
     "parse_result",
     "tool_error",
     "tool_output",
+    "unread_by_model",
 ]

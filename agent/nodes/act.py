@@ -28,7 +28,7 @@ from agent.stages.refine import Next, next_stage
 from agent.state import AgentState, Candidate
 from graphs.errors import SKBError
 from tools.common import prefetch_query
-from tools.results import Finish, ToolError, estimate_tokens, parse_result, tool_error, tool_output
+from tools.results import Finish, ToolError, estimate_tokens, parse_result, tool_error, tool_output, unread_by_model
 
 #: Tool error types that mean the graph store failed the call (recorded in ``degraded``), as opposed
 #: to errors in the planner's input (unknown schema, syntax, too many rows) that it is told to fix.
@@ -77,7 +77,9 @@ def call_planner(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict
     pending = clamped(checked.valid, cfg, step)
     update: dict[str, Any] = {
         # what the model wrote goes back into every later prompt: cut to a tool result's budget
-        "scratchpad": [reply if offline else fed_back(reply, cfg.tool_output_tokens, cfg.model)],
+        # (the offline planner reads no prompt: its reply goes back as it is, counted by no tokenizer)
+        "scratchpad": [reply if offline or not model_reads_results(rt, state, cfg)
+                       else fed_back(reply, cfg.tool_output_tokens, cfg.model)],
         "pending_calls": pending,
         "round_messages": list(checked.errors),
         "step": step,
@@ -143,13 +145,21 @@ def run_tools(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[st
             message = ToolMessage(content=str(message), tool_call_id=call_id, name=name)
         return budgeted(message, name, cfg.tool_output_tokens), None
 
-    outcomes = run_concurrently(run_one, calls, 1 if all_in_process(tools, calls) else cfg.max_parallel_tools)
+    with unread_by_model(not model_reads_results(rt, state, cfg)):
+        outcomes = run_concurrently(run_one, calls, 1 if all_in_process(tools, calls) else cfg.max_parallel_tools)
     messages = [m for m, _ in outcomes]
     return {
         "round_messages": [*messages, *(state.get("round_messages") or [])],
         "degraded": [d for _, d in outcomes if d],
         "timings_ms": add_time(state, "run_tools", start),
     }
+
+def model_reads_results(rt: Runtime, state: AgentState, cfg: AgentConfig) -> bool:
+    """Whether a model reads this round's tool results: not when the offline planner plans (it reads their typed
+    artifacts), whether configured or fallen back to. Then no tokenizer runs for them: their text is held to its
+    budget by a bound (``tools.results.unread_by_model``) and not counted into ``tool_output_tokens``."""
+    return not (state.get("planner_offline") or isinstance(rt.model(cfg), OfflinePlanner))
+
 
 def all_in_process(tools: Mapping[str, BaseTool], calls: Sequence[Mapping[str, Any]]) -> bool:
     """Every call of the round runs on this process's own data (``SKBTool.in_process``): then they run one
@@ -181,12 +191,14 @@ def observe(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[str,
     degraded: list[str] = []
     observations: list[dict[str, Any]] = []
     tokens = 0
+    reads = model_reads_results(rt, state, cfg)
     for call in calls:
         message = results.get(str(call["id"]))
         if message is None:
             continue
         name = str(call["name"])
-        tokens += estimate_tokens(str(message.content))
+        if reads:
+            tokens += estimate_tokens(str(message.content))
         result = parse_result(name, getattr(message, "artifact", None) or message.content)
         if isinstance(result, ToolError) and result.error.type == "store_unavailable":
             degraded.append(f"tool {name}: graph store unavailable: {result.error.message}")
@@ -202,7 +214,8 @@ def observe(rt: Runtime, state: AgentState, config: RunnableConfig) -> dict[str,
     rejected = [
         m for m in round_messages if isinstance(m, ToolMessage) and m.tool_call_id not in {c["id"] for c in calls}
     ]
-    tokens += sum(estimate_tokens(str(m.content)) for m in rejected)
+    if reads:
+        tokens += sum(estimate_tokens(str(m.content)) for m in rejected)
     repairs = int(state.get("repairs") or 0)
     done = finish is not None
     if rejected and not calls:

@@ -10,7 +10,7 @@ from langchain_core.messages import ToolMessage
 
 from agent.config import AgentConfig
 from graphs.text_safety import clean_text
-from tools.results import CHARS_PER_TOKEN, TYPED_RESULTS, estimate_tokens, parse_result
+from tools.results import CHARS_PER_TOKEN, TYPED_RESULTS, budget_measure, parse_result
 
 #: Tool-call arguments that size a result; clamped to ``per_call_k`` (K).
 _SIZE_ARGS = {"semantic_search": "k", "search_nodes": "limit", "cypher": "max_rows"}
@@ -36,14 +36,14 @@ def budgeted(message: ToolMessage, name: str, budget_tokens: int) -> ToolMessage
     (a tool that answers with a JSON dict or an over-long text gets its text re-rendered from the typed
     result). A typed artifact whose text fits is passed through: our tools render it with this budget."""
     artifact = getattr(message, "artifact", None)
-    if isinstance(artifact, TYPED_RESULTS) and estimate_tokens(str(message.content)) <= budget_tokens:
+    if isinstance(artifact, TYPED_RESULTS) and budget_measure(str(message.content)) <= budget_tokens:
         return message
     result = parse_result(name, artifact if artifact is not None else message.content)
     if result is None:
         text = str(message.content)
-        if estimate_tokens(text) > budget_tokens:
+        if budget_measure(text) > budget_tokens:
             limit = budget_tokens * CHARS_PER_TOKEN
-            while limit > 1 and estimate_tokens(text[: limit - 1] + "\u2026") > budget_tokens:
+            while limit > 1 and budget_measure(text[: limit - 1] + "\u2026") > budget_tokens:
                 limit = limit * 3 // 4  # dense text (JSON, keys) has fewer characters per token
             message = message.model_copy(update={"content": text[: limit - 1] + "\u2026"})
         return message
