@@ -135,8 +135,14 @@ class _Defined(Sequence[tuple[str, ...]]):
         return tuple(self._keys[n] for n in self._node[lo:hi].tolist())
 
 
+#: Most lexicon rows whose entries a process keeps built (a bound: a server's questions would otherwise keep every
+#: row they touched, up to the whole lexicon; past it the kept rows are let go at once and built again when asked).
+ENTRY_CACHE_MAX = 32_768
+
+
 class _StoredTable(Mapping[tuple[str, ...], list[Any]]):
-    """The lexicon's token tuple -> entries table over the stored arrays; entries built on first lookup."""
+    """The lexicon's token tuple -> entries table over the stored arrays; entries built on first lookup and kept,
+    up to ``ENTRY_CACHE_MAX`` rows."""
 
     def __init__(
         self, tokens: Sequence[str], arrays: dict[str, np.ndarray], keys: Sequence[str], case: dict[str, str]
@@ -156,6 +162,8 @@ class _StoredTable(Mapping[tuple[str, ...], list[Any]]):
                 _Entry(self._keys[int(n)], bool(p), self._case.get(str(j)))
                 for j, n, p in zip(range(lo, hi), self._node[lo:hi].tolist(), self._primary[lo:hi].tolist())
             ]
+            if len(self._cache) >= ENTRY_CACHE_MAX:
+                self._cache.clear()
             self._cache[row] = hit
         return hit
 

@@ -95,6 +95,26 @@ def test_compact_skb_is_memory_mapped_and_equal_to_the_parsed_one(hpo_mini_skb: 
         skb.add_edge(hpo_mini_skb.edges[0])
 
 
+def test_compact_skb_keeps_at_most_its_bound_of_built_nodes(
+    hpo_mini_skb: SKB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graphs.skb import compact
+
+    write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
+    skb = open_compact(tmp_path / "skb")
+    bound = 7
+    monkeypatch.setattr(compact, "NODE_CACHE_MAX", bound)
+    keys = list(hpo_mini_skb.nodes)
+    assert len(keys) > 3 * bound
+    for _ in range(2):
+        for key in keys:
+            got, node = skb.nodes[key], hpo_mini_skb.nodes[key]
+            assert (got.key, got.label, got.props, got.name) == (node.key, node.label, node.props, node.name)
+            assert skb.nodes.get(key) is got  # kept while under the bound
+            assert len(skb.nodes._cache) <= bound  # type: ignore[attr-defined]
+    assert [n.key for n in skb.iter_nodes()] == keys
+
+
 def test_code_digest_follows_the_computing_code_only() -> None:
     """Stored state is keyed by the source of the functions that computed it: a changed function retires it,
     code beside it (another SKB method) does not."""
@@ -187,6 +207,24 @@ def test_relation_counts_in_slices_equal_one_pass(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setattr(model, "PATTERN_CHUNK", chunk)
         got = relation_counts(labels, nodes.label, rels, edges.rel, edges.src, edges.dst)
         assert list(got.items()) == expected, chunk
+
+
+def test_stored_lexicon_keeps_at_most_its_bound_of_built_rows(
+    hpo_mini_skb: SKB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.linking.stored as stored_module
+
+    write_compact(hpo_mini_skb, tmp_path / "skb" / "compact")
+    precompute(hpo_mini_skb, tmp_path / "skb" / "state")
+    stored = stored_lexicon(open_compact(tmp_path / "skb"))
+    assert stored is not None
+    monkeypatch.setattr(stored_module, "ENTRY_CACHE_MAX", 5)
+    built = build_lexicon(hpo_mini_skb)
+    assert len(built.table) > 15
+    for _ in range(2):
+        for toks, entries in built.table.items():
+            assert stored.table[toks] == entries
+            assert len(stored.table._cache) <= 5  # type: ignore[attr-defined]
 
 
 # -- stored statistics ---------------------------------------------------------------------------
