@@ -200,8 +200,11 @@ def _json_encoders() -> tuple[Callable[[Any, Callable[[Any], Any]], str], Callab
     return dumps, fragment
 
 
-#: Messages whose JSON is kept: a question's scratchpad is a few dozen; a server runs a few questions at once.
-ENCODED_MESSAGES = 512
+#: Messages whose JSON is kept. An offline HPO question holds about 11 messages and a replica answers 8 questions at
+#: once (88 live); a finished question's entries are never read again, yet hold its tool results (512 entries kept
+#: 8 MB of a process after 250 questions). 160 keeps every live message of 8 offline questions, or of 8 LLM-planned
+#: ones of up to 20 messages each; past that an evicted message is encoded again, not lost.
+ENCODED_MESSAGES = 160
 _dumps, _fragment = _json_encoders()
 _MESSAGES = _EncodedMessages(ENCODED_MESSAGES, _fragment)
 
