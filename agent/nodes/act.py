@@ -158,7 +158,11 @@ def model_reads_results(rt: Runtime, state: AgentState, cfg: AgentConfig) -> boo
     """Whether a model reads this round's tool results: not when the offline planner plans (it reads their typed
     artifacts), whether configured or fallen back to. Then no tokenizer runs for them: their text is held to its
     budget by a bound (``tools.results.unread_by_model``) and not counted into ``tool_output_tokens``."""
-    return not (state.get("planner_offline") or isinstance(rt.model(cfg), OfflinePlanner))
+    if state.get("planner_offline"):
+        return False
+    if rt.chat_model is not None:  # an injected model serves every setting (``Runtime.model``)
+        return not isinstance(rt.chat_model, OfflinePlanner)
+    return cfg.planner != "offline"  # asked without making the model: a guided round may not have made it
 
 
 def all_in_process(tools: Mapping[str, BaseTool], calls: Sequence[Mapping[str, Any]]) -> bool:
