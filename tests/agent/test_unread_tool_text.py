@@ -71,3 +71,19 @@ def test_unread_fit_is_within_the_bound_and_the_counted_fit_keeps_at_least_as_mu
     kept = len(json.loads(unread)["hits"])
     assert 0 < kept <= len(json.loads(counted)["hits"]) < 80
     assert budget_measure(unread) == estimate_tokens(unread)  # outside the block a budget counts for real
+
+
+def test_the_setting_reaches_the_tool_pool_threads() -> None:
+    import threading
+    import time
+
+    from agent.runtime import run_concurrently
+
+    def probe(_: int) -> tuple[bool, str]:
+        time.sleep(0.02)  # long enough for the pool's workers to take items too
+        return budget_measure("x" * 40) == 40, threading.current_thread().name
+
+    with unread_by_model():
+        seen = run_concurrently(probe, list(range(8)), 4)
+    assert all(bounded for bounded, _ in seen)
+    assert len({name for _, name in seen}) > 1  # not only the calling thread
