@@ -14,7 +14,7 @@ for a reader (an LLM answering from mixed evidence) rather than for ranked retri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,11 +23,6 @@ from graphs.index.hybrid import fuse
 
 #: Neighbours kept per seed before ranking (hubs are sampled in edge order beyond this).
 DEFAULT_NEIGHBOR_CAP = 200
-
-def _bm25_positions(bm25: Any) -> Mapping[str, int]:
-    known = getattr(bm25, "key_positions", None)  # the SKB's dictionary where BM25 shares its keys
-    return known() if callable(known) else {key: i for i, key in enumerate(bm25.keys)}
-
 
 def neighbors(
     bundle: Any,
@@ -104,7 +99,7 @@ def expand(
     bm25 = getattr(bundle, "bm25", None)
     if bm25 is not None and weight < 1:
         scores = bm25.scores(question)
-        pos = _bm25_positions(bm25)
+        pos = bm25.key_positions()  # the SKB's key -> row dictionary where BM25 shares its keys
         lexical = [(k, float(scores[pos[k]])) for k in pool if k in pos and scores[pos[k]] > 0]
 
     if not dense and not lexical:
